@@ -1,0 +1,86 @@
+"""Play a `gpu-memory-trace/1` file instead of NVML: the no-GPU demo, the test path, the post-mortem.
+
+`ReplaySource.poll(now)` returns what became due since the last poll, at `speed` times real time, so
+the daemon's sampler drives a replay exactly as it drives NVML. Only samples and `proc` lines are read
+(see `daemon.trace`). With `loop`, the trace starts again with its times shifted, so counters and the
+analysis see one continuous run.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..model import GpuSample, ProcInfo, Sample, SourceStatus
+from ..trace import TraceError, read_trace
+
+
+class ReplaySource:
+    name = "replay"
+
+    def __init__(self, path: str, speed: float = 1.0, loop: bool = False, clock=time.monotonic):
+        if speed <= 0:
+            raise TraceError("--speed must be greater than 0")
+        self.path, self.speed, self.loop, self.clock = path, speed, loop, clock
+        self.header, self._it = read_trace(path)  # raises TraceError with one clear line
+        self.gpus = self.header.gpus
+        self.driver = self.header.driver
+        self._pending: tuple[float, object] | None = None
+        self._start_wall: float | None = None
+        self._t_first: float | None = None
+        self._offset = 0.0
+        self._t_last = 0.0
+        self.finished = False
+        self.status = SourceStatus("replay", True)
+        self.last_sample: Sample | None = None
+
+    def _next(self):
+        if self._pending is not None:
+            r, self._pending = self._pending, None
+            return r
+        try:
+            return next(self._it)
+        except StopIteration:
+            if not self.loop:
+                return None
+            self._offset += self._t_last - (self._t_first or 0.0) + 0.05
+            self.header, self._it = read_trace(self.path)
+            return next(self._it, None)
+        except TraceError as e:
+            self.status = SourceStatus("replay", False, str(e))
+            return None
+
+    def poll(self, now: float | None = None) -> list[object]:
+        """Everything due by `now` (wall clock): Samples (time-shifted) and ProcInfos."""
+        now = self.clock() if now is None else now
+        if self._start_wall is None:
+            self._start_wall = now
+        due = []
+        while True:
+            rec = self._next()
+            if rec is None:
+                self.finished = True
+                break
+            t, obj = rec
+            if self._t_first is None:
+                self._t_first = t
+            t_play = t + self._offset
+            if (t_play - self._t_first) / self.speed > now - self._start_wall:
+                self._pending = rec
+                break
+            self._t_last = t
+            if isinstance(obj, Sample):
+                obj = Sample(t_play, obj.gpus) if self._offset else obj
+                self.last_sample = obj
+            due.append(obj)
+        return due
+
+    def all(self):
+        """Every record as fast as possible (for `oomwatch replay`)."""
+        while True:
+            rec = self._next()
+            if rec is None:
+                return
+            yield rec[1]
+
+
+__all__ = ["ReplaySource", "Sample", "GpuSample", "ProcInfo", "TraceError"]

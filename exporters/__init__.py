@@ -1,0 +1,1 @@
+"""Exporters read the sampler's snapshot: Prometheus /metrics, the status page, Alertmanager push, traces."""

@@ -1,0 +1,103 @@
+"""Write `gpu-memory-trace/1`: the recorder (`--record`, `oomwatch record`) and the flight recorder.
+
+The recorder writes each sample as one line and flushes it, so a kill loses at most the line being
+written, and replay tolerates a last line cut in half. A write that fails (disk full, folder removed)
+marks the recorder down with its reason and keeps the daemon running; samples already on disk stay.
+A PID is described once, the first time it is seen holding memory, with a redacted short cmdline.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+
+from daemon.model import ProcInfo, Sample, SourceStatus
+from daemon.trace import header_line, proc_line, sample_line
+
+log = logging.getLogger("oomwatch.recorder")
+
+
+class TraceRecorder:
+    name = "recorder"
+
+    def __init__(self, path: str, gpus, sample_hz: float | None = None, driver: str | None = None):
+        self.path = path
+        self._seen: set[int] = set()
+        self.status = SourceStatus("recorder", True)
+        self.lines = 0
+        self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - held open for the daemon's life
+        self._write(header_line(gpus, sample_hz, driver, recorded=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+
+    def _write(self, line: str) -> bool:
+        if self._f is None:
+            return False
+        try:
+            self._f.write(line + "\n")
+            self._f.flush()
+            self.lines += 1
+            return True
+        except OSError as e:
+            self.status = SourceStatus("recorder", False, f"cannot write {self.path}: {e.strerror or e}")
+            log.error("recorder stopped: %s", self.status.error)
+            try:
+                self._f.close()
+            except OSError:
+                pass
+            self._f = None
+            return False
+
+    def sample(self, s: Sample) -> None:
+        self._write(sample_line(s))
+
+    def proc(self, t: float, p: ProcInfo) -> None:
+        if p.pid in self._seen:
+            return
+        self._seen.add(p.pid)
+        self._write(proc_line(t, p))
+
+    def new_pids(self, s: Sample):
+        return [pid for g in s.gpus for pid, _ in g.procs if pid not in self._seen]
+
+    def close(self) -> None:
+        if self._f is not None:
+            try:
+                self._f.flush()
+                os.fsync(self._f.fileno())
+                self._f.close()
+            except OSError:
+                pass
+            self._f = None
+
+
+class FlightRecorder:
+    """The last `window_s` of samples at full rate, in memory; dumped as a trace when something fires."""
+
+    def __init__(self, window_s: float = 900.0):
+        self.window_s = window_s
+        self._samples: collections.deque = collections.deque()
+        self._procs: dict[int, tuple[float, ProcInfo]] = {}
+
+    def add(self, s: Sample) -> None:
+        q = self._samples
+        q.append(s)
+        while q and s.t - q[0].t > self.window_s:
+            q.popleft()
+
+    def add_proc(self, t: float, p: ProcInfo) -> None:
+        self._procs.setdefault(p.pid, (t, p))
+
+    def dump(self, path: str, gpus, reason: str = "") -> str:
+        tmp = path + ".part"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(header_line(gpus, None, None, reason=reason) + "\n")
+            t0 = self._samples[0].t if self._samples else 0.0
+            pids = {pid for s in self._samples for g in s.gpus for pid, _ in g.procs}
+            for pid in sorted(pids):
+                if pid in self._procs:
+                    f.write(proc_line(max(t0, self._procs[pid][0]), self._procs[pid][1]) + "\n")
+            for s in self._samples:
+                f.write(sample_line(s) + "\n")
+        os.replace(tmp, path)
+        return path
