@@ -32,7 +32,7 @@ class GpuState:
     peak_used_bytes: int = 0
     shape_time: Counter = field(default_factory=Counter)
     ever_leak: bool = False
-    leak_shape: str | None = None
+    leak_shape_time: Counter = field(default_factory=Counter)
     last_leak_rate: float = 0.0
     last_leak_eta: float | None = None
     busy_since: float | None = None
@@ -143,7 +143,7 @@ class Analyzer:
                 st.shape_time[v.shape] += dt
             if v.leak:
                 st.ever_leak = True
-                st.leak_shape = v.shape
+                st.leak_shape_time[v.shape] += dt
                 st.last_leak_rate = v.leak_bytes_per_second
                 st.last_leak_eta = v.eta_seconds
                 f, c = F.leak(gpu, uuid, name, v, cap, st.info.total_bytes, now)
@@ -211,8 +211,8 @@ class Analyzer:
 
     # ---- output ------------------------------------------------------------------------------
     def summary_shape(self, st: GpuState) -> str:
-        if st.ever_leak and st.leak_shape:
-            return st.leak_shape
+        if st.ever_leak and st.leak_shape_time:
+            return st.leak_shape_time.most_common(1)[0][0]
         if not st.shape_time:
             return "idle"
         return st.shape_time.most_common(1)[0][0]

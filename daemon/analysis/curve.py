@@ -143,24 +143,8 @@ def evaluate(
     shape = "stable"
     peak_ref = used_now
 
-    # 1. Staircase / ramp: a run of kept rises that is still going on.
-    if len(ev) >= cfg.leak_min_steps:
-        span = float(ev_t[-1] - ev_t[0])
-        gaps = np.diff(ev_t)
-        stale_after = max(cfg.leak_stale_factor * float(np.median(gaps)), cfg.leak_stale_min_s)
-        if span >= cfg.leak_min_span_s and (t[cut] - ev_t[-1]) <= stale_after:
-            pts_t = ev_t[-32:]
-            pts_y = seg[ev[-32:]]
-            rate = theil_sen(pts_t, pts_y)
-            if rate > 0:
-                leak = True
-                since = float(ev_t[0])
-                conf = min(1.0, len(ev) / 8.0) * _fit_quality(pts_t, pts_y, rate)
-                rising = np.diff(seg[ev[0] :]) > 0
-                shape = "staircase" if rising.mean() < 0.3 else "ramp"
-
-    # 2. Sawtooth whose troughs rise: the kept floor at each release, plus the base before the first.
-    if not leak and len(rel_after) >= cfg.trough_min_rises:
+    # 1. Sawtooth whose troughs rise: the kept floor at each release, plus the base before the first.
+    if len(rel_after) >= cfg.trough_min_rises:
         tr_idx = np.concatenate(([min(regime_idx + 1, n - 1)], rel_after))
         troughs = kept[tr_idx]
         rises = np.diff(troughs)
@@ -175,6 +159,22 @@ def evaluate(
                 shape = "sawtooth"
                 peak_ref = float(maxs[rel_after[-2] :].max())
 
+    # 2. Staircase / ramp: a run of kept rises that is still going on.
+    if not leak and len(ev) >= cfg.leak_min_steps:
+        span = float(ev_t[-1] - ev_t[0])
+        gaps = np.diff(ev_t)
+        stale_after = max(cfg.leak_stale_factor * float(np.median(gaps)), cfg.leak_stale_min_s)
+        if span >= cfg.leak_min_span_s and (t[cut] - ev_t[-1]) <= stale_after:
+            pts_t = ev_t[-32:]
+            pts_y = seg[ev[-32:]]
+            rate = theil_sen(pts_t, pts_y)
+            if rate > 0:
+                leak = True
+                since = float(ev_t[0])
+                conf = min(1.0, len(ev) / 8.0) * _fit_quality(pts_t, pts_y, rate)
+                rising = np.diff(seg[ev[0] :]) > 0
+                shape = "staircase" if rising.mean() < 0.6 else "ramp"
+
     # Transients: peaks above the floor that were given back (within the spike window, after warm-up).
     w0 = max(regime_idx, int(np.searchsorted(t, now - cfg.spike_window_s)))
     kept_next = np.concatenate((kept[w0 + 1 :], kept[-1:]))
@@ -186,6 +186,8 @@ def evaluate(
         # Only excursions that ended (given back) are transients; the last bucket's may still be a step.
         height = float(excess[:-1].max()) if len(excess) > 1 else 0.0
         duty = float(trans.mean())
+    if leak and shape in ("staircase", "ramp") and len(rel_after) >= 2 and duty >= cfg.spike_duty_max:
+        shape = "sawtooth"  # the floor rises under a cycle: a leak hidden in a sawtooth
     if not leak:
         if len(rel_after) and height >= cfg.transient_fraction * capacity:
             shape = "spike" if (duty < cfg.spike_duty_max or len(rel_after) < 2) else "sawtooth"

@@ -24,9 +24,18 @@ class ProcRole:
     why: str = ""
 
 
-def _pid1_is_init(infos: dict[int, ProcInfo]) -> bool:
+SERVER_HINTS = ("python", "vllm", "sglang", "text-generation", "llama", "ray", "torchrun", "uvicorn")
+
+
+def _pid1_is_init(infos: dict[int, ProcInfo], holders, server_pids) -> bool:
+    """Whether PID 1 is an init (a re-parenting target) rather than the server itself (a container
+    whose entrypoint is the server: its workers' parent is 1 and they are not orphans)."""
+    if 1 in holders or 1 in server_pids:
+        return False
     p1 = infos.get(1)
-    return p1 is None or p1.name in INIT_NAMES
+    if p1 is None or p1.name in INIT_NAMES:
+        return True
+    return not any(h in p1.name.lower() for h in SERVER_HINTS)
 
 
 def classify(
@@ -37,7 +46,8 @@ def classify(
     """Roles for every PID holding GPU memory. `holders` maps pid -> bytes held (summed over cards)."""
     if not holders:
         return {}
-    init_is_init = _pid1_is_init(infos)
+    server_pids = set(server_pids or ())
+    init_is_init = _pid1_is_init(infos, holders, server_pids)
 
     def orphaned(pid: int) -> bool:
         p = infos.get(pid)
@@ -46,17 +56,18 @@ def classify(
         if p.ppid in (0, 1):
             return init_is_init and pid != 1
         parent = infos.get(p.ppid)
-        return parent is not None and not parent.alive
+        # re-parented to a subreaper (systemd --user, tini) or its parent has died
+        return parent is not None and (not parent.alive or parent.name in INIT_NAMES - {""})
 
-    roots = set(server_pids or ())
+    roots = set(server_pids)
+    if not init_is_init:  # a container whose entrypoint (PID 1) is the server: its workers' parent is 1
+        roots.add(1)
     if not roots:
         cands = [pid for pid in holders if not orphaned(pid)] or list(holders)
         roots = {max(cands, key=lambda p: (holders[p] or 0, -p))}
     tree = set(roots)
     # Siblings of a rank under one launcher (ppid > 1) belong to the same server.
     launchers = {infos[r].ppid for r in roots if r in infos and infos[r].ppid not in (None, 0, 1)}
-    if not init_is_init and any(r == 1 for r in roots):
-        launchers.add(1)
     changed = True
     while changed:  # descendants (and siblings of server ranks), to a fixed point
         changed = False
@@ -66,9 +77,6 @@ def classify(
             if p.ppid in tree or (p.ppid in launchers and pid in holders):
                 tree.add(pid)
                 changed = True
-    if not init_is_init:  # in a container whose PID 1 is the server, its workers' parent is 1
-        if 1 in tree or 1 in holders:
-            tree |= {pid for pid, p in infos.items() if p.ppid == 1}
 
     server_start = min((infos[r].create_time for r in roots if r in infos and infos[r].create_time), default=None)
     out: dict[int, ProcRole] = {}

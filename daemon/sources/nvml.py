@@ -32,7 +32,7 @@ class NvmlSource:
         self.gpus: tuple[GpuInfo, ...] = ()
         self.errors: dict[int, str] = {}
         self._missing: set[str] = set()
-        self._v2 = True
+        self._v1_only: set[int] = set()  # cards (or -1: the whole driver) without memory info v2
         self.driver: str | None = None
         self.status = SourceStatus("nvml", False, "not started")
 
@@ -92,15 +92,15 @@ class NvmlSource:
 
     def _memory(self, h, i):
         nv = self._lib
-        if self._v2 and hasattr(nv, "nvmlMemory_v2"):
+        if -1 not in self._v1_only and i not in self._v1_only and hasattr(nv, "nvmlMemory_v2"):
             try:
                 m = nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)
                 return m.used, m.free, getattr(m, "reserved", None)
-            except TypeError:
-                self._v2 = False
+            except TypeError:  # bindings too old for the version argument
+                self._v1_only.add(-1)
             except nv.NVMLError as e:
                 if "Not Supported" in str(e) or "Function Not Found" in str(e):
-                    self._v2 = False
+                    self._v1_only.add(i)
                 else:
                     self.errors[i] = f"nvmlDeviceGetMemoryInfo: {e}"
                     return None, None, None

@@ -1,0 +1,176 @@
+"""The daemon as a user runs it: a real process, real HTTP, real promtool, signals."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import example, free_port, need_binary
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+
+
+def oomwatch(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True, timeout=60, **kw)
+
+
+def get(url, timeout=2.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def wait_for(url, deadline=15.0):
+    t0 = time.time()
+    while time.time() - t0 < deadline:
+        try:
+            return get(url)
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} never answered")
+
+
+@pytest.fixture
+def daemon_proc(tmp_path):
+    procs = []
+
+    def start(*args):
+        port = free_port()
+        p = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--listen", f"127.0.0.1:{port}", *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        wait_for(f"http://127.0.0.1:{port}/healthz")
+        return p, f"http://127.0.0.1:{port}"
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_run_replay_serves_clean_metrics(daemon_proc, tmp_path):
+    promtool = need_binary("promtool")
+    p, url = daemon_proc("--replay", example("stray.jsonl"), "--speed", "8")
+    deadline = time.time() + 15
+    text = ""
+    while time.time() < deadline:
+        text = get(url + "/metrics")
+        if 'role="stray"' in text and 'alertname="GPUStrayProcess"' in text:
+            break
+        time.sleep(0.2)
+    assert 'oomwatch_gpu_process_memory_bytes{gpu="0",pid="928",process="python3",role="stray"}' in text
+    assert re.search(r'oomwatch_alert\{alertname="GPUStrayProcess".*pid="928".*\} 1.0', text)
+    for name in ("oomwatch_gpu_memory_total_bytes", "oomwatch_gpu_memory_used_bytes", "oomwatch_gpu_memory_free_bytes",
+                 "oomwatch_gpu_memory_reserved_bytes", "oomwatch_gpu_memory_leak_bytes_per_second",
+                 "oomwatch_gpu_memory_shape", "oomwatch_source_up", "oomwatch_sample_duration_seconds"):
+        assert name in text
+    assert "workload.py" not in text  # no command line in any label
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    st = json.loads(get(url + "/api/v1/status"))
+    assert st["gpus"][0]["processes"] and st["gpus"][0]["history"]["used_bytes"]
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 0
+
+
+def test_sigterm_flushes_the_record(daemon_proc, tmp_path):
+    rec = tmp_path / "rec.jsonl"
+    p, url = daemon_proc("--replay", example("sawtooth.jsonl"), "--speed", "4", "--record", str(rec))
+    time.sleep(2.0)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 0
+    lines = rec.read_text().splitlines()
+    assert json.loads(lines[0])["format"] == "gpu-memory-trace/1"
+    assert len(lines) > 20
+    for line in lines:  # every line complete
+        json.loads(line)
+
+
+def test_engine_down_is_a_metric_and_an_alert(daemon_proc):
+    dead = f"http://127.0.0.1:{free_port()}"
+    p, url = daemon_proc("--replay", example("vllm_startup.jsonl"), "--engine-url", dead)
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        text = get(url + "/metrics")
+        if 'alertname="GPUTelemetryDown"' in text:
+            break
+        time.sleep(0.3)
+    assert f'oomwatch_source_up{{source="engine:{dead}/metrics"}} 0.0' in text
+    assert 'alertname="GPUTelemetryDown"' in text
+    assert p.poll() is None  # still serving
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["replay", "/nonexistent.jsonl"], "cannot read trace"),
+    (["run"], "NVML"),
+    (["run", "--replay", "x.jsonl", "--speed", "0"], "greater than 0"),
+    (["run", "--bogus"], "unrecognized arguments"),
+    (["engines", "ftp://nowhere"], "not an http"),
+    (["run", "--replay", "pyproject.toml"], "not JSON"),
+    (["diagnose", "--replay", "/nonexistent"], "cannot read trace"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, msg):
+    r = oomwatch(*args)
+    assert r.returncode == 2, r.stderr
+    assert msg in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_listen_port_taken_is_one_line():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        r = oomwatch("run", "--replay", example("stray.jsonl"), "--listen", f"127.0.0.1:{s.getsockname()[1]}")
+    finally:
+        s.close()
+    assert r.returncode == 2 and "cannot listen" in r.stderr
+
+
+def test_env_vars_configure_run(daemon_proc, monkeypatch):
+    port = free_port()
+    env = dict(os.environ, OOMWATCH_LISTEN=f"127.0.0.1:{port}", OOMWATCH_REPLAY=example("spike.jsonl"))
+    p = subprocess.Popen([sys.executable, "-m", "daemon", "run"], env=env, stderr=subprocess.PIPE)
+    try:
+        assert "oomwatch_gpu_memory_total_bytes" in wait_for(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def _exposition(trace, at):
+    """The whole /metrics of a trace replayed to its end, minus timings (in-process, deterministic)."""
+    from prometheus_client import generate_latest
+
+    from daemon.config import DaemonConfig
+    from daemon.sampler import Sampler
+    from daemon.sources.replay import ReplaySource
+    from exporters.metrics import make_registry
+
+    clock = [0.0]
+    src = ReplaySource(trace, speed=1.0, clock=lambda: clock[0])
+    s = Sampler(DaemonConfig(replay=trace), src)
+    s.sample_job()
+    clock[0] = at  # everything up to `at` seconds of the trace is due now
+    s.sample_job()
+    text = generate_latest(make_registry(lambda: s.snapshot)).decode()
+    keep = [ln for ln in text.splitlines() if not re.match(r"oomwatch_(\w+_)?duration_seconds", ln)]
+    return "\n".join(keep) + "\n"
+
+
+@pytest.mark.parametrize("name,at", [("stray", 30.0), ("tp_imbalance", 40.0), ("staircase", 40.0)])
+def test_golden_exposition(name, at):
+    got = _exposition(example(name + ".jsonl"), at)
+    path = os.path.join(GOLDEN, name + ".prom")
+    if os.environ.get("OOMWATCH_UPDATE_GOLDEN"):
+        with open(path, "w") as f:
+            f.write(got)
+    with open(path) as f:
+        assert got == f.read()
