@@ -1,0 +1,137 @@
+"""Start real servers for integration tests: Alertmanager, Prometheus, a webhook receiver, oomwatch.
+
+Everything binds to 127.0.0.1 on free ports and is stopped by the fixture that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from conftest import free_port, need_binary
+
+
+def wait_http(url, deadline=20.0, ok=lambda body: True):
+    t0 = time.time()
+    last = None
+    while time.time() - t0 < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                body = r.read().decode()
+                if ok(body):
+                    return body
+        except OSError as e:
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"{url} not ready: {last}")
+
+
+class Webhook:
+    """An Alertmanager webhook receiver that records each notification with its arrival time."""
+
+    def __init__(self):
+        self.events: list[tuple[float, dict]] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", 0))
+                outer.events.append((time.time(), json.loads(self.rfile.read(n))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}/hook"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def alerts(self, name, status=None):
+        out = []
+        for t, ev in self.events:
+            for a in ev.get("alerts", []):
+                if a["labels"].get("alertname") == name and (status is None or a["status"] == status):
+                    out.append((t, a))
+        return out
+
+    def close(self):
+        self.srv.shutdown()
+
+
+class Alertmanager:
+    def __init__(self, tmp, webhook_url, port=None):
+        self.bin = need_binary("prometheus-alertmanager")
+        self.port = port or free_port()
+        self.tmp = tmp
+        self.cfg = os.path.join(tmp, "am.yml")
+        with open(self.cfg, "w") as f:
+            f.write(
+                "route:\n  receiver: hook\n  group_by: ['alertname', 'gpu', 'pid']\n  group_wait: 0s\n"
+                "  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n  - name: hook\n"
+                f"    webhook_configs:\n      - url: {webhook_url}\n        send_resolved: true\n"
+            )
+        self.proc = None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        data = os.path.join(self.tmp, f"am-data-{time.time_ns()}")
+        os.makedirs(data)
+        self.proc = subprocess.Popen(
+            [self.bin, f"--config.file={self.cfg}", f"--storage.path={data}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_http(self.url + "/-/ready")
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+class Prometheus:
+    def __init__(self, tmp, target, rules, scrape_interval="1s"):
+        self.bin = need_binary("prometheus")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = os.path.join(tmp, "prom.yml")
+        with open(cfg, "w") as f:
+            f.write(
+                f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"
+                f"rule_files:\n" + "".join(f"  - {r}\n" for r in rules) +
+                f"scrape_configs:\n  - job_name: oomwatch\n    static_configs:\n      - targets: ['{target}']\n"
+            )
+        self.proc = subprocess.Popen(
+            [self.bin, f"--config.file={cfg}", f"--storage.tsdb.path={os.path.join(tmp, 'tsdb')}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--rules.alert.resend-delay=1s"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_http(self.url + "/-/ready")
+
+    def query(self, q):
+        from urllib.parse import quote
+
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?query={quote(q)}", timeout=5) as r:
+            return json.loads(r.read())["data"]["result"]
+
+    def alerts(self):
+        with urllib.request.urlopen(self.url + "/api/v1/alerts", timeout=5) as r:
+            return json.loads(r.read())["data"]["alerts"]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def start_oomwatch(*args):
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--listen", f"127.0.0.1:{port}", *args],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_http(f"http://127.0.0.1:{port}/healthz")
+    return p, f"127.0.0.1:{port}"

@@ -1,0 +1,106 @@
+"""Alerting end to end with real binaries: oomwatch -> Alertmanager -> webhook, and Prometheus + rules/.
+
+The staircase trace is a real recording of a leak that ends in a real CUDA OOM at 57.26 s of trace time
+(its `oom` annotation, read here by the test only).
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from conftest import ROOT, example
+from servers import Alertmanager, Prometheus, Webhook, start_oomwatch
+
+pytestmark = pytest.mark.integration
+OOM_AT = 57.26  # staircase.jsonl's real OOM, seconds of trace time
+
+
+@pytest.fixture
+def hook():
+    w = Webhook()
+    yield w
+    w.close()
+
+
+def _stop(p):
+    if p.poll() is None:
+        p.terminate()
+        p.wait(10)
+
+
+def test_oom_imminent_reaches_the_webhook_before_the_oom_and_resolves(tmp_path, hook):
+    am = Alertmanager(str(tmp_path), hook.url).start()
+    speed = 4.0
+    t0 = time.time()
+    p, _ = start_oomwatch("--replay", example("staircase.jsonl"), "--speed", str(speed), "--loop",
+                          "--alertmanager-url", am.url, "--flight-dir", str(tmp_path / "flight"))
+    try:
+        deadline = t0 + 60
+        while time.time() < deadline and not hook.alerts("GPUOOMImminent", "resolved"):
+            time.sleep(0.2)
+        firing = hook.alerts("GPUOOMImminent", "firing")
+        assert firing, "GPUOOMImminent never reached the webhook"
+        t_fire, a = firing[0]
+        assert t_fire - t0 < OOM_AT / speed, f"arrived {t_fire - t0:.1f}s after start, OOM at {OOM_AT / speed:.1f}s"
+        assert a["labels"]["severity"] == "critical" and a["labels"]["gpu"] == "0"
+        assert a["annotations"]["runbook_url"].endswith("docs/runbooks/GPUOOMImminent.md")
+        assert "runs out of memory in" in a["annotations"]["summary"]
+        trace = a["annotations"].get("trace")
+        assert trace and os.path.exists(trace)  # the flight recorder's file
+        with open(trace) as f:
+            assert json.loads(f.readline())["format"] == "gpu-memory-trace/1"
+        resolved = hook.alerts("GPUOOMImminent", "resolved")
+        assert resolved and resolved[0][0] > t0 + OOM_AT / speed  # after the leak stopped
+    finally:
+        _stop(p)
+        am.stop()
+
+
+def test_alert_survives_alertmanager_down_and_restart(tmp_path, hook):
+    am = Alertmanager(str(tmp_path), hook.url)  # not started: down at first
+    p, _ = start_oomwatch("--replay", example("stray.jsonl"), "--speed", "2", "--loop",
+                          "--alertmanager-url", am.url)
+    try:
+        time.sleep(8)  # the stray has fired inside oomwatch while Alertmanager is down
+        assert p.poll() is None
+        am.start()
+        deadline = time.time() + 30
+        while time.time() < deadline and not hook.alerts("GPUStrayProcess", "firing"):
+            time.sleep(0.2)
+        got = hook.alerts("GPUStrayProcess", "firing")
+        assert got and got[0][1]["labels"]["pid"] == "928"
+        # restart: a fresh Alertmanager with no memory still gets the firing alert re-sent
+        am.stop()
+        n = len(hook.events)
+        time.sleep(2)
+        am.start()
+        deadline = time.time() + 30
+        while time.time() < deadline and len(hook.events) == n:
+            time.sleep(0.2)
+        assert len(hook.events) > n
+        assert p.poll() is None
+    finally:
+        _stop(p)
+        am.stop()
+
+
+def test_prometheus_with_rules_fires_the_matching_rule(tmp_path):
+    p, target = start_oomwatch("--replay", example("staircase.jsonl"), "--speed", "1", "--loop")
+    prom = Prometheus(str(tmp_path), target, [os.path.join(ROOT, "rules", "oomwatch.rules.yml")])
+    try:
+        deadline = time.time() + 60
+        firing = []
+        while time.time() < deadline:
+            firing = [a for a in prom.alerts() if a["labels"]["alertname"] == "GPUOOMImminent"
+                      and a["state"] == "firing"]
+            if firing:
+                break
+            time.sleep(0.5)
+        assert firing and firing[0]["labels"]["gpu"] == "0"
+        assert prom.query("gpu:oomwatch_gpu_memory_used:ratio")  # recording rules evaluate
+        assert not [a for a in prom.alerts() if a["labels"]["alertname"] == "GPUTelemetryDown"]
+    finally:
+        prom.stop()
+        _stop(p)
