@@ -375,6 +375,8 @@ def cmd_run(args) -> int:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A skipped cycle (a slow call, no pile-up) is by design; apscheduler would warn at 10 Hz.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -113,12 +113,20 @@ class Sampler:
         try:
             os.makedirs(self.cfg.flight_dir, exist_ok=True)
             path = os.path.join(self.cfg.flight_dir, f"oomwatch-{time.strftime('%Y%m%dT%H%M%S')}-{reason}.jsonl")
-            self.flight.dump(path, self.source.gpus, reason)
+            # Copy now (cheap), write in the background: a 15-minute dump must not stall sampling.
+            frozen = self.flight.frozen()
+            threading.Thread(target=self._write_dump, args=(frozen, path, reason), daemon=True).start()
             self.flight_files.append(path)
             return path
         except OSError as e:
             log.error("flight recorder could not write: %s", e)
             return None
+
+    def _write_dump(self, frozen, path, reason) -> None:
+        try:
+            frozen.dump(path, self.source.gpus, reason)
+        except OSError as e:
+            log.error("flight recorder could not write %s: %s", path, e)
 
     def _on_transition(self, tr) -> None:
         a = tr.alert

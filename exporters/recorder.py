@@ -88,6 +88,13 @@ class FlightRecorder:
     def add_proc(self, t: float, p: ProcInfo) -> None:
         self._procs.setdefault(p.pid, (t, p))
 
+    def frozen(self) -> "FlightRecorder":
+        """A copy to write from another thread while sampling goes on."""
+        fr = FlightRecorder(self.window_s)
+        fr._samples = collections.deque(self._samples)
+        fr._procs = dict(self._procs)
+        return fr
+
     def dump(self, path: str, gpus, reason: str = "") -> str:
         tmp = path + ".part"
         with open(tmp, "w", encoding="utf-8") as f:
