@@ -167,3 +167,16 @@ def test_evaluate_flat_is_stable_and_empty_is_idle():
     v = evaluate(t, flat, flat, flat, 140e9, cfg)
     assert v.shape == "stable" and not v.leak and not v.spike_risk
     assert evaluate(t[:0], t[:0], t[:0], t[:0], 140e9, cfg).shape == "idle"
+
+
+def test_bucket_ring_keeps_the_window_in_order():
+    from daemon.analysis.series import BucketSeries
+
+    s = BucketSeries(bucket_s=1.0, window_s=10.0)
+    for k in range(0, 250):  # 25 buckets of 10 samples: wraps the ring twice
+        s.add(k / 10.0, float(k))
+    t, mn, mx, last = s.arrays()
+    assert len(t) == 11  # 10 closed buckets + the open one
+    assert list(mn) == [float(10 * b) for b in range(14, 25)]
+    assert list(mx) == [float(10 * b + 9) for b in range(14, 25)]
+    assert np.all(np.diff(t) > 0)

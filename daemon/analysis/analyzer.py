@@ -36,6 +36,9 @@ class GpuState:
     last_leak_rate: float = 0.0
     last_leak_eta: float | None = None
     busy_since: float | None = None
+    quiet_lo: float = float("inf")  # range of used bytes since the last full evaluation
+    quiet_hi: float = float("-inf")
+    full_eval_at: float = float("-inf")
 
 
 class Analyzer:
@@ -93,7 +96,12 @@ class Analyzer:
             st.sample = g
             if g.used_bytes is None:
                 continue
-            st.series.add(t, g.used_bytes)
+            u = g.used_bytes
+            st.series.add(t, u)
+            if u < st.quiet_lo:
+                st.quiet_lo = u
+            if u > st.quiet_hi:
+                st.quiet_hi = u
             if g.used_bytes > st.peak_used_bytes:
                 st.peak_used_bytes = g.used_bytes
             if g.reserved_bytes is not None:
@@ -130,10 +138,18 @@ class Analyzer:
         loads = []
         for idx, st in self.gpus.items():
             gpu, uuid, name = str(idx), st.info.uuid, st.info.name
-            t_, mn, mx, la = st.series.arrays()
             cap = st.capacity_bytes
             st.budget_bytes = util * st.info.total_bytes if util else None
-            v = evaluate(t_, mn, mx, la, cap, cfg)
+            if self._quiet(st, now):
+                # Nothing moved since a calm verdict: the same verdict (re-checked in full every 10 s).
+                v = st.verdict
+                used = st.sample.used_bytes if st.sample and st.sample.used_bytes is not None else v.floor_bytes
+            else:
+                t_, mn, mx, la = st.series.arrays()
+                v = evaluate(t_, mn, mx, la, cap, cfg)
+                used = float(la[-1]) if len(la) else 0.0
+                st.full_eval_at = now
+            st.quiet_lo, st.quiet_hi = float("inf"), float("-inf")
             if warming and v.leak:  # the engine is not serving yet: its climb is warm-up by definition
                 v = CurveVerdict("stable", floor_bytes=v.floor_bytes, peak_bytes=v.peak_bytes,
                                  headroom_bytes=v.headroom_bytes, regime_start=v.regime_start)
@@ -168,7 +184,6 @@ class Analyzer:
                     f, c = F.stray(gpu, uuid, pid, self.procs.get(pid), b, r.why, now)
                     cur.append(f)
                     conds.append(c)
-            used = float(la[-1]) if len(la) else 0.0
             group = "server" if "server" in roles_here else (f"pid{st.sample.procs[0][0]}" if roles_here else None)
             loads.append(CardLoad(gpu, used, cap, group, v.shape == "idle" and not roles_here, v.leak))
 
@@ -208,6 +223,13 @@ class Analyzer:
         if len(self.transitions) > 10000:
             del self.transitions[:-5000]
         return trans
+
+    def _quiet(self, st: GpuState, now: float) -> bool:
+        v = st.verdict
+        if v.leak or v.spike_risk or v.shape not in ("stable", "idle") or now - st.full_eval_at >= 10.0:
+            return False
+        q = max(self.cfg.step_fraction * st.capacity_bytes, float(self.cfg.step_min_bytes))
+        return st.quiet_hi - st.quiet_lo < q / 4 and abs(st.quiet_hi - v.floor_bytes) < q / 4
 
     # ---- output ------------------------------------------------------------------------------
     def summary_shape(self, st: GpuState) -> str:

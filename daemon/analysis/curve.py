@@ -42,6 +42,16 @@ class CurveVerdict:
     releases: int = 0
 
 
+def _median(a) -> float:
+    """np.median costs ~20 us of overhead; the arrays here are usually a handful of values."""
+    n = len(a)
+    if n > 64:
+        return float(np.median(a))
+    v = sorted(a.tolist() if isinstance(a, np.ndarray) else a)
+    m = n // 2
+    return float(v[m]) if n % 2 else (v[m - 1] + v[m]) / 2.0
+
+
 def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
     """Median of pairwise slopes: one odd step or outlier cannot swing the leak rate."""
     n = len(x)
@@ -52,14 +62,14 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
     ok = dx > 0
     if not ok.any():
         return 0.0
-    return float(np.median((y[j] - y[i])[ok] / dx[ok]))
+    return _median((y[j] - y[i])[ok] / dx[ok])
 
 
 def _fit_quality(x: np.ndarray, y: np.ndarray, slope: float) -> float:
     """R^2 of the robust line: how well a steady rate explains the rises (0..1)."""
     if len(x) < 3:
         return 0.5
-    b = np.median(y - slope * x)
+    b = _median(y - slope * x)
     res = y - (slope * x + b)
     tot = np.sum((y - y.mean()) ** 2)
     if tot <= 0:
@@ -108,7 +118,7 @@ def evaluate(
         # A cycle is in progress while we are within 1.5 periods of the last release (the period is
         # the median gap between releases, or the rise before the first one).
         rt = t[rel_idx]
-        period = float(np.median(np.diff(rt))) if len(rt) >= 2 else float(rt[0] - t[start])
+        period = _median(np.diff(rt)) if len(rt) >= 2 else float(rt[0] - t[start])
         if now - rt[-1] < 1.5 * period:
             cut = min(cut, int(rel_idx[-1]))
     cut = max(cut, start)
@@ -123,8 +133,8 @@ def evaluate(
     regime_idx = start
     if len(ev) >= 1:
         big = int(np.argmax(ev_sizes))
-        others = np.delete(ev_sizes, big)
-        med = float(np.median(others)) if len(others) else 0.0
+        others = np.concatenate((ev_sizes[:big], ev_sizes[big + 1 :]))
+        med = _median(others) if len(others) else 0.0
         if ev_sizes[big] >= cfg.dominant_fraction * capacity and ev_sizes[big] >= cfg.dominant_factor * med:
             regime_idx = start + int(ev[big])
             regime_start_t = float(t[regime_idx])
@@ -163,7 +173,7 @@ def evaluate(
     if not leak and len(ev) >= cfg.leak_min_steps:
         span = float(ev_t[-1] - ev_t[0])
         gaps = np.diff(ev_t)
-        stale_after = max(cfg.leak_stale_factor * float(np.median(gaps)), cfg.leak_stale_min_s)
+        stale_after = max(cfg.leak_stale_factor * _median(gaps), cfg.leak_stale_min_s)
         if span >= cfg.leak_min_span_s and (t[cut] - ev_t[-1]) <= stale_after:
             pts_t = ev_t[-32:]
             pts_y = seg[ev[-32:]]
@@ -173,7 +183,7 @@ def evaluate(
                 since = float(ev_t[0])
                 conf = min(1.0, len(ev) / 8.0) * _fit_quality(pts_t, pts_y, rate)
                 rising = np.diff(seg[ev[0] :]) > 0
-                shape = "staircase" if rising.mean() < 0.6 else "ramp"
+                shape = "staircase" if np.count_nonzero(rising) < 0.6 * len(rising) else "ramp"
 
     # Transients: peaks above the floor that were given back (within the spike window, after warm-up).
     w0 = max(regime_idx, int(np.searchsorted(t, now - cfg.spike_window_s)))
@@ -185,7 +195,7 @@ def evaluate(
     if trans.any() and len(rel_after):
         # Only excursions that ended (given back) are transients; the last bucket's may still be a step.
         height = float(excess[:-1].max()) if len(excess) > 1 else 0.0
-        duty = float(trans.mean())
+        duty = np.count_nonzero(trans) / len(trans)
     if leak and shape in ("staircase", "ramp") and len(rel_after) >= 2 and duty >= cfg.spike_duty_max:
         shape = "sawtooth"  # the floor rises under a cycle: a leak hidden in a sawtooth
     if not leak:

@@ -20,10 +20,12 @@ class BucketSeries:
     def __init__(self, bucket_s: float, window_s: float):
         self.bucket_s = bucket_s
         self.cap = max(8, int(math.ceil(window_s / bucket_s)))
-        self._t = np.zeros(self.cap)
-        self._min = np.zeros(self.cap)
-        self._max = np.zeros(self.cap)
-        self._last = np.zeros(self.cap)
+        # Each bucket is written twice (at i and i + cap), so the window in time order is always one
+        # contiguous slice: reading it costs no copy. One spare slot holds the open bucket.
+        self._t = np.zeros(2 * self.cap + 2)
+        self._min = np.zeros(2 * self.cap + 2)
+        self._max = np.zeros(2 * self.cap + 2)
+        self._last = np.zeros(2 * self.cap + 2)
         self._n = 0  # filled buckets in the ring
         self._head = 0  # next write position
         self._cur_k: int | None = None
@@ -48,20 +50,22 @@ class BucketSeries:
     def _flush(self) -> None:
         cur = self._cur
         h = self._head
-        self._t[h], self._min[h], self._max[h], self._last[h] = cur
+        for arr, v in zip((self._t, self._min, self._max, self._last), cur):
+            arr[h] = v
+            arr[h + self.cap] = v
         self._head = (h + 1) % self.cap
         self._n = min(self._n + 1, self.cap)
 
     def arrays(self):
-        """(t, min, max, last) in time order, the open bucket included."""
+        """(t, min, max, last) in time order, the open bucket included: views, valid until the next add."""
         n, h, cap = self._n, self._head, self.cap
-        if n < cap:
-            parts = [a[:n] for a in (self._t, self._min, self._max, self._last)]
-        else:
-            parts = [np.concatenate((a[h:], a[:h])) for a in (self._t, self._min, self._max, self._last)]
+        start = h if n == cap else 0
+        end = start + n  # the slot after the window: free (it is the oldest bucket's twin or unused)
         if self._cur is not None:
-            parts = [np.append(p, v) for p, v in zip(parts, self._cur)]
-        return parts
+            for arr, v in zip((self._t, self._min, self._max, self._last), self._cur):
+                arr[end] = v
+            end += 1
+        return [a[start:end] for a in (self._t, self._min, self._max, self._last)]
 
     def __len__(self) -> int:
         return self._n + (self._cur is not None)
