@@ -223,7 +223,7 @@ def cmd_diagnose(args) -> int:
         print(json.dumps({"summary": summary}))
     else:
         print(render(a, summary))
-    return 1 if summary["findings"] else 0
+    return 1 if any(f["severity"] in ("warning", "critical") for f in summary["findings"]) else 0
 
 
 def cmd_record(args) -> int:

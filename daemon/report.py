@@ -30,18 +30,20 @@ def card_line(a: Analyzer, st: GpuState) -> str:
     if st.ever_leak:
         eta = f", full in {duration(st.last_leak_eta)} at that rate" if st.last_leak_eta is not None else ""
         return f"{head}; {SHAPE_WORDS[shape]}: memory grows by {st.last_leak_rate / (1 << 20):.0f} MiB/s{eta}."
-    v = st.verdict
     if shape == "idle":
         return f"{head}; idle."
-    if shape == "stable" and v.regime_start is not None and len(t):
-        flat_for = float(t[-1]) - v.regime_start
-        climb = v.regime_start - (a.t0 or 0.0)
-        budget = ""
+    idle_now = st.verdict.shape == "idle"
+    tail = "; idle now (its processes exited)" if idle_now else ""
+    if shape == "stable" and st.warm_end is not None and st.busy_since is not None:
+        climb = max(0.0, st.warm_end - st.busy_since)
+        flat_for = max(0.0, (st.busy_last or st.warm_end) - st.warm_end)
         if st.budget_bytes:
-            budget = f" (the engine's budget line is {st.budget_bytes / i.total_bytes:.0%})"
-        return (f"{head}; reached in {climb:.0f} s and flat for {flat_for:.0f} s since: "
-                f"the engine's preallocation{budget}, healthy.")
-    return f"{head}; {SHAPE_WORDS.get(shape, shape)}."
+            what = f"the engine's preallocation up to its budget line ({st.budget_bytes / i.total_bytes:.0%})"
+        else:
+            what = "a one-time allocation (an engine preallocating its KV pool looks like this)"
+        return (f"{head}; reached {st.plateau_bytes / cap:.1%} in {climb:.0f} s and stayed flat for "
+                f"{flat_for:.0f} s: {what}, healthy{tail}.")
+    return f"{head}; {SHAPE_WORDS.get(shape, shape)}{tail}."
 
 
 def render(a: Analyzer, summary: dict) -> str:

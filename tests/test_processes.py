@@ -119,3 +119,16 @@ def test_secret_cmdline_is_redacted_in_description():
 def test_container_id_of_self_is_none_or_hex():
     cid = container_id(os.getpid())
     assert cid is None or all(c in "0123456789abcdef" for c in cid)
+
+
+def test_invisible_pids_give_the_pid_namespace_advice():
+    from daemon.analysis.analyzer import Analyzer
+    from daemon.model import GpuInfo, GpuSample, Sample
+
+    a = Analyzer([GpuInfo(0, "g", "u", 100 << 30)])
+    a.add_proc(ProcInfo(4242, visible=False, alive=False))
+    for k in range(20):
+        a.add_sample(Sample(k * 0.1, (GpuSample(0, 50 << 30, procs=((4242, 50 << 30),)),)))
+    fs = [f for f in a.summary()["findings"] if f["kind"] == "pids_invisible"]
+    assert fs and "--pid=host" in fs[0]["advice"] and "shareProcessNamespace" in fs[0]["advice"]
+    assert all(r.role != "stray" for r in a.roles.values())

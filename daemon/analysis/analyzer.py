@@ -35,7 +35,10 @@ class GpuState:
     leak_shape_time: Counter = field(default_factory=Counter)
     last_leak_rate: float = 0.0
     last_leak_eta: float | None = None
-    busy_since: float | None = None
+    busy_since: float | None = None  # the current (or last) busy episode: start, end of warm-up, last seen
+    warm_end: float | None = None
+    busy_last: float | None = None
+    plateau_bytes: float = 0.0
     quiet_lo: float = float("inf")  # range of used bytes since the last full evaluation
     quiet_hi: float = float("-inf")
     full_eval_at: float = float("-inf")
@@ -157,6 +160,9 @@ class Analyzer:
             dt = cfg.eval_interval_s
             if v.shape != "idle":
                 st.shape_time[v.shape] += dt
+                if st.busy_since is None or (st.busy_last is not None and now - st.busy_last > 5 * dt):
+                    st.busy_since = now - dt
+                st.busy_last, st.warm_end, st.plateau_bytes = now, v.regime_start, v.floor_bytes
             if v.leak:
                 st.ever_leak = True
                 st.leak_shape_time[v.shape] += dt
@@ -187,6 +193,12 @@ class Analyzer:
             group = "server" if "server" in roles_here else (f"pid{st.sample.procs[0][0]}" if roles_here else None)
             loads.append(CardLoad(gpu, used, cap, group, v.shape == "idle" and not roles_here, v.leak))
 
+        invisible = [pid for pid in holders if pid in self.procs and not self.procs[pid].visible]
+        if invisible:
+            f = F.pids_invisible(invisible, now)
+            cur.append(f)
+            self.fired[("pids_invisible", None, None, ())] = f
+
         for imb in find_imbalance(loads, cfg.imbalance_fraction, cfg.busy_fraction):
             f, c = F.imbalance(imb, now)
             cur.append(f)
@@ -215,7 +227,7 @@ class Analyzer:
             "stray": "GPUStrayProcess", "imbalance": "GPUMemoryImbalance", "kv_pressure": "KVCachePressure",
             "telemetry_down": "GPUTelemetryDown",
         }
-        for f, c in zip(cur, conds):
+        for f, c in zip([f for f in cur if f.kind != "pids_invisible"], conds):
             if (by_alert[f.kind], c.labels) in firing_keys:
                 self.fired[(f.kind, f.gpu, f.pid, c.labels)] = f
         self.book.prune(now)

@@ -251,3 +251,12 @@ def telemetry_down(source: str, error: str | None, t) -> tuple[Finding, Conditio
     f = Finding("telemetry_down", None, None, summary, {"source": source, "error": error}, advice, "critical", t)
     c = Condition("GPUTelemetryDown", (("source", source),), f"oomwatch lost telemetry from {source}", summary + ".")
     return f, c
+
+
+def pids_invisible(pids, t) -> Finding:
+    """NVML reports host PIDs; a sidecar in its own PID namespace cannot describe them."""
+    summary = (f"NVML reports {len(pids)} process(es) holding GPU memory that this PID namespace cannot see "
+               f"(PIDs {', '.join(map(str, sorted(pids)[:5]))}): strays and the served tree cannot be told apart")
+    advice = ("Run the sidecar in the host's PID namespace: `docker run --pid=host ...`, or in Kubernetes put it in "
+              "the server's pod with `shareProcessNamespace: true` (or `hostPID: true` for a node-wide daemon).")
+    return Finding("pids_invisible", None, None, summary, {"pids": sorted(pids)}, advice, "info", t)
