@@ -257,6 +257,8 @@ def pids_invisible(pids, t) -> Finding:
     """NVML reports host PIDs; a sidecar in its own PID namespace cannot describe them."""
     summary = (f"NVML reports {len(pids)} process(es) holding GPU memory that this PID namespace cannot see "
                f"(PIDs {', '.join(map(str, sorted(pids)[:5]))}): strays and the served tree cannot be told apart")
-    advice = ("Run the sidecar in the host's PID namespace: `docker run --pid=host ...`, or in Kubernetes put it in "
-              "the server's pod with `shareProcessNamespace: true` (or `hostPID: true` for a node-wide daemon).")
+    advice = ("NVML reports host PIDs. Run oomwatch in the host's PID namespace: `docker run --pid=host ...`; in "
+              "Kubernetes as a node-wide DaemonSet with `hostPID: true` (deploy/kubernetes/daemonset.yaml). As a "
+              "sidecar with `shareProcessNamespace: true` it sees the server's processes but cannot map NVML's "
+              "host PIDs to them; the memory curves and alerts still work.")
     return Finding("pids_invisible", None, None, summary, {"pids": sorted(pids)}, advice, "info", t)
