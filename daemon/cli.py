@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "transitions and a summary (JSON Lines with --json).")
     rp.add_argument("trace")
     rp.add_argument("--json", action="store_true", help="JSON Lines: one per transition, then a summary line")
+    rp.add_argument("--plot", metavar="FILE.png", help="also draw one annotated chart per card (needs matplotlib)")
 
     d = sub.add_parser("diagnose", help="one-shot plain-language report",
                        description="Watch live NVML for --duration seconds (or read --replay TRACE) and say what "
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--engine-url", action="append", default=[], metavar="URL")
     d.add_argument("--interval", type=_positive, default=0.1)
     d.add_argument("--json", action="store_true")
+    d.add_argument("--plot", metavar="FILE.png", help="also draw one annotated chart per card (needs matplotlib)")
 
     rc = sub.add_parser("record", help="write a trace from live NVML",
                         description="Sample NVML every --interval and write gpu-memory-trace/1 to -o.")
@@ -146,8 +148,11 @@ def cmd_replay(args) -> int:
     src = ReplaySource(args.trace)
     a = Analyzer(src.gpus)
     out = sys.stdout
+    rec_plot = _plot_recorder(args)
     for rec in src.all():
         if isinstance(rec, Sample):
+            if rec_plot:
+                rec_plot.add(rec)
             for tr in a.add_sample(rec):
                 al = tr.alert
                 if args.json:
@@ -161,6 +166,7 @@ def cmd_replay(args) -> int:
             a.add_proc(rec)
     if src.status.error:
         raise UsageError(src.status.error)
+    _draw(args, a, rec_plot)
     summary = a.summary()
     if args.json:
         out.write(json.dumps({"summary": summary}) + "\n")
@@ -168,6 +174,31 @@ def cmd_replay(args) -> int:
         out.write(f"\n{summary['samples']} samples over {summary['seconds']:.1f} s\n")
         out.write(render(a, summary) + "\n")
     return 0
+
+
+def _plot_recorder(args):
+    """Check --plot up front (matplotlib present, file writable) so a long run does not fail at its end."""
+    if not getattr(args, "plot", None):
+        return None
+    from exporters.plot import PlotUnavailable, Recorder
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(str(PlotUnavailable("--plot needs matplotlib: pip install 'oomwatch[plot]'"))) from None
+    d = os.path.dirname(os.path.abspath(args.plot))
+    if not os.path.isdir(d) or not os.access(d, os.W_OK):
+        raise UsageError(f"cannot write {args.plot}: folder missing or not writable")
+    return Recorder()
+
+
+def _draw(args, a, rec_plot) -> None:
+    if rec_plot is None:
+        return
+    from exporters.plot import plot
+
+    plot(args.plot, a, rec_plot, a.transitions)
+    print(f"chart written to {args.plot}", file=sys.stderr)
 
 
 def cmd_diagnose(args) -> int:
@@ -179,9 +210,12 @@ def cmd_diagnose(args) -> int:
     engines = [EngineSource(u) for u in args.engine_url]
     src = _open_source(args)
     a = Analyzer(src.gpus, engines_expected=bool(engines))
+    rec_plot = _plot_recorder(args)
     if args.replay:
         for rec in src.all():
             if isinstance(rec, Sample):
+                if rec_plot:
+                    rec_plot.add(rec)
                 a.add_sample(rec)
             else:
                 a.add_proc(rec)
@@ -207,6 +241,8 @@ def cmd_diagnose(args) -> int:
                 for e in engines:
                     a.set_source(e.status)
                 next_engine = now + 5.0
+            if rec_plot:
+                rec_plot.add(s)
             a.add_sample(s)
             left = end - now
             if tty:
@@ -218,6 +254,7 @@ def cmd_diagnose(args) -> int:
             sys.stderr.write("\r" + " " * 60 + "\r")
         if a.now is not None:
             a.evaluate(a.now)
+    _draw(args, a, rec_plot)
     summary = a.summary()
     if args.json:
         print(json.dumps({"summary": summary}))

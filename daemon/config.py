@@ -66,6 +66,7 @@ class AnalysisConfig:
     busy_fraction: float = 0.5  # a card this full beside an idle one is "one card used of several"
     kv_pressure_ratio: float = 0.90  # engine KV usage considered nearly full
     gpu_memory_utilization_default: float | None = None  # budget line when no engine says it
+    engine_warmup_max_s: float = 300.0  # an engine that never answers stops holding the curve in warm-up
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,7 @@ class Sampler:
             self._replay_t0, self._replay_wall0 = s.t, time.time()
         if self.recorder:
             self.recorder.sample(s)
+            self._sources["recorder"] = self.recorder.status
         if self.flight:
             self.flight.add(s)
         t0 = time.perf_counter()

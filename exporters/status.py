@@ -80,7 +80,7 @@ document.getElementById('cards').innerHTML=j.gpus.map(c=>{const cap=c.capacity_b
 const cls=c.eta_seconds!=null?'crit':(c.leak||c.spike_risk?'warn':'ok');
 return `<div class="card" data-gpu="${c.gpu}"><b>GPU ${c.gpu}</b> ${esc(c.name)}<br><span class="num">${pct}</span><span class="num">${g(c.used_bytes)} / ${g(cap)}</span>
 <span class="num ${cls}">${esc(c.shape)}${c.leak?' leak '+(c.leak_bytes_per_second/1048576).toFixed(0)+' MiB/s':''}</span>
-<span class="num ${cls}">OOM in ${c.eta_text||'never'}</span>${plot(c)}
+<span class="num ${cls}">${c.eta_text?'OOM in '+c.eta_text:'no leak'}</span>${c.spike_risk?'<span class="num warn">spike risk</span>':''}${plot(c)}
 <table>${c.processes.map(p=>`<tr><td>${p.pid}</td><td>${esc(p.name)}</td><td class="${p.role=='stray'?'crit':''}">${p.role}</td><td>${g(p.used_bytes)}</td></tr>`).join('')}</table></div>`}).join('')}
 catch(e){document.getElementById('sources').innerHTML='<div class="down">oomwatch not answering</div>'}}
 tick();setInterval(tick,2000);

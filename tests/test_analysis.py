@@ -180,3 +180,15 @@ def test_bucket_ring_keeps_the_window_in_order():
     assert list(mn) == [float(10 * b) for b in range(14, 25)]
     assert list(mx) == [float(10 * b + 9) for b in range(14, 25)]
     assert np.all(np.diff(t) > 0)
+
+
+def test_pid_churn_keeps_memory_bounded():
+    from daemon.model import GpuInfo, GpuSample, ProcInfo
+
+    a = Analyzer([GpuInfo(0, "g", "u", 100 << 30)])
+    for k in range(20000):  # a new orphaned PID every 0.5 s for ~2.8 hours
+        t = k * 0.5
+        pid = 10000 + k
+        a.add_proc(ProcInfo(pid, "python3", ("python3",), 1, 1.0))
+        a.add_sample(Sample(t, (GpuSample(0, 50 << 30, procs=((pid, 1 << 30), (1, 49 << 30))),)))
+    assert len(a.procs) < 2000 and len(a.fired) <= 512 and len(a.book.alerts) < 2000

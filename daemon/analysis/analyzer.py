@@ -39,6 +39,8 @@ class GpuState:
     warm_end: float | None = None
     busy_last: float | None = None
     plateau_bytes: float = 0.0
+    last_leak_verdict: CurveVerdict | None = None
+    last_leak_t: float | None = None
     quiet_lo: float = float("inf")  # range of used bytes since the last full evaluation
     quiet_hi: float = float("-inf")
     full_eval_at: float = float("-inf")
@@ -60,6 +62,7 @@ class Analyzer:
             for g in gpus
         }
         self.procs: dict[int, ProcInfo] = {}
+        self._proc_seen: dict[int, float] = {}  # last time a PID held memory (to forget churned PIDs)
         self.roles: dict[int, ProcRole] = {}
         self.server_pids = set(server_pids or ())
         self.engines: list[EngineSnapshot] = []
@@ -129,7 +132,8 @@ class Analyzer:
         engine_up = any(e.up for e in self.engines)
         if engine_up and self.engine_up_since is None:
             self.engine_up_since = now
-        warming = self.engines_expected and self.engine_up_since is None
+        warming = (self.engines_expected and self.engine_up_since is None and self.t0 is not None
+                   and now - self.t0 < cfg.engine_warmup_max_s)
 
         # Who holds what, per card and in total.
         holders: dict[int, float] = {}
@@ -137,6 +141,7 @@ class Analyzer:
             for pid, b in st.sample.procs if st.sample else ():
                 holders[pid] = holders.get(pid, 0.0) + (b or 0)
         self.roles = classify(holders, self.procs, self.server_pids) if holders else {}
+        self._forget(now, holders)
 
         loads = []
         for idx, st in self.gpus.items():
@@ -168,6 +173,7 @@ class Analyzer:
                 st.leak_shape_time[v.shape] += dt
                 st.last_leak_rate = v.leak_bytes_per_second
                 st.last_leak_eta = v.eta_seconds
+                st.last_leak_verdict, st.last_leak_t = v, now
                 f, c = F.leak(gpu, uuid, name, v, cap, st.info.total_bytes, now)
                 cur.append(f)
                 conds.append(c)
@@ -235,6 +241,21 @@ class Analyzer:
         if len(self.transitions) > 10000:
             del self.transitions[:-5000]
         return trans
+
+    def _forget(self, now: float, holders) -> None:
+        """Bound memory under PID churn: forget processes gone for 10 minutes (parents of holders stay)."""
+        for pid in holders:
+            self._proc_seen[pid] = now
+        if len(self.procs) < 256 and len(self.fired) < 512:
+            return
+        parents = {self.procs[p].ppid for p in holders if p in self.procs}
+        for pid in list(self.procs):
+            if pid not in holders and pid not in parents and now - self._proc_seen.get(pid, now) > 600:
+                del self.procs[pid]
+                self._proc_seen.pop(pid, None)
+        if len(self.fired) >= 512:  # keep the newest findings
+            for key in sorted(self.fired, key=lambda k: self.fired[k].t or 0)[: len(self.fired) - 256]:
+                del self.fired[key]
 
     def _quiet(self, st: GpuState, now: float) -> bool:
         v = st.verdict
