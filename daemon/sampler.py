@@ -91,6 +91,11 @@ class Sampler:
         for tr in trans:
             self._on_transition(tr)
         self._publish()
+        if self.pusher and self._sched is not None and trans:
+            # page now, not at the next push tick
+            job = self._sched.get_job("push")
+            if job is not None:
+                job.modify(next_run_time=_now())
 
     def _check_vanished(self, s: Sample) -> None:
         """A server process gone while its card was nearly full: a suspected OOM (event and metric)."""

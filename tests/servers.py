@@ -97,7 +97,7 @@ class Alertmanager:
 
 
 class Prometheus:
-    def __init__(self, tmp, target, rules, scrape_interval="1s"):
+    def __init__(self, tmp, target, rules, scrape_interval="1s", alertmanager=None):
         self.bin = need_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -108,6 +108,8 @@ class Prometheus:
                 f"rule_files:\n" + "".join(f"  - {r}\n" for r in rules) +
                 f"scrape_configs:\n  - job_name: oomwatch\n    static_configs:\n      - targets: ['{target}']\n"
             )
+            if alertmanager:
+                f.write(f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\n")
         self.proc = subprocess.Popen(
             [self.bin, f"--config.file={cfg}", f"--storage.tsdb.path={os.path.join(tmp, 'tsdb')}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--rules.alert.resend-delay=1s"],

@@ -192,3 +192,34 @@ def test_pid_churn_keeps_memory_bounded():
         a.add_proc(ProcInfo(pid, "python3", ("python3",), 1, 1.0))
         a.add_sample(Sample(t, (GpuSample(0, 50 << 30, procs=((pid, 1 << 30), (1, 49 << 30))),)))
     assert len(a.procs) < 2000 and len(a.fired) <= 512 and len(a.book.alerts) < 2000
+
+
+def test_kv_pressure_from_the_engine_and_its_advice():
+    from daemon.model import EngineSnapshot
+
+    a = Analyzer(synth.info(1))
+    a.set_engines([EngineSnapshot("http://v:8000/metrics", "vllm", True, engine="0", kv_cache_usage_ratio=0.97,
+                                  requests_running=64, requests_waiting=12, preemptions_total=5)])
+    trans = []
+    for s in synth.trace([lambda t: 0.9 * synth.TOTAL], 30):
+        trans += a.add_sample(s)
+    assert fired(trans, "KVCachePressure")
+    f = [f for f in a.summary()["findings"] if f["kind"] == "kv_pressure"][0]
+    assert "not memory" in f["advice"] and "--max-num-seqs" in f["advice"]
+    assert not fired(trans, "GPUMemoryLeak")
+
+
+def test_engine_not_serving_yet_means_warm_up():
+    from daemon.model import EngineSnapshot
+
+    a = Analyzer(synth.info(1), engines_expected=True)
+    a.set_engines([EngineSnapshot("http://v:8000/metrics", up=False, error="connection refused")])
+    fn = synth.staircase(base=0.1, step=3 * synth.GiB, every=1.0)
+    trans = []
+    for s in synth.trace([fn], 25):
+        trans += a.add_sample(s)
+    assert not fired(trans, "GPUMemoryLeak")  # the engine is still starting: its climb is warm-up
+    a.set_engines([EngineSnapshot("http://v:8000/metrics", "vllm", True, kv_cache_usage_ratio=0.0)])
+    for s in synth.trace([fn], 45)[500:]:
+        trans += a.add_sample(s)
+    assert fired(trans, "GPUMemoryLeak")  # serving, and still growing: a leak

@@ -154,7 +154,7 @@ class Analyzer:
                 used = st.sample.used_bytes if st.sample and st.sample.used_bytes is not None else v.floor_bytes
             else:
                 t_, mn, mx, la = st.series.arrays()
-                v = evaluate(t_, mn, mx, la, cap, cfg)
+                v = evaluate(t_, mn, mx, la, cap, cfg, not_before=self.engine_up_since)
                 used = float(la[-1]) if len(la) else 0.0
                 st.full_eval_at = now
             st.quiet_lo, st.quiet_hi = float("inf"), float("-inf")

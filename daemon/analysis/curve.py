@@ -85,8 +85,10 @@ def evaluate(
     capacity: float,
     cfg: AnalysisConfig,
     budget_bytes: float | None = None,
+    not_before: float | None = None,
 ) -> CurveVerdict:
-    """Judge a card from its bucketed history. `capacity` is what the card can hold (total - reserved)."""
+    """Judge a card from its bucketed history. `capacity` is what the card can hold (total - reserved);
+    `not_before`: the moment the engine first answered (its climb before that is warm-up)."""
     n = len(t)
     if n == 0:
         return CurveVerdict("idle")
@@ -139,6 +141,10 @@ def evaluate(
             regime_idx = start + int(ev[big])
             regime_start_t = float(t[regime_idx])
             ev, ev_sizes, ev_t = ev[big + 1 :], ev_sizes[big + 1 :], ev_t[big + 1 :]
+    # Growth before the engine answered is its start-up, never a leak.
+    if not_before is not None and len(ev):
+        keep = ev_t >= not_before
+        ev, ev_sizes, ev_t = ev[keep], ev_sizes[keep], ev_t[keep]
     # Growth within the engine's own budget (KV pool, graphs) is never a leak.
     if budget_bytes is not None and len(ev):
         over = seg[ev] > budget_bytes

@@ -88,6 +88,10 @@ class NvmlSource:
             )
         self.errors.clear()
         self.gpus = tuple(infos)
+        for g in self.gpus:
+            if g.mig:
+                log.warning("GPU %d has MIG mode on: oomwatch reports the whole card's memory, not each MIG "
+                            "instance's", g.index)
         return self.gpus
 
     def _memory(self, h, i):
