@@ -37,6 +37,8 @@ class TraceRecorder:
             self._f.write(line + "\n")
             self._f.flush()
             self.lines += 1
+            if self.lines % 100 == 0:
+                self._check_still_there()
             return True
         except OSError as e:
             self.status = SourceStatus("recorder", False, f"cannot write {self.path}: {e.strerror or e}")
@@ -47,6 +49,15 @@ class TraceRecorder:
                 pass
             self._f = None
             return False
+
+    def _check_still_there(self) -> None:
+        """A removed file or folder does not fail writes on Linux (the inode lives on): say so instead."""
+        try:
+            same = os.path.samestat(os.stat(self.path), os.fstat(self._f.fileno()))
+        except OSError:
+            same = False
+        if not same:
+            raise OSError(f"{self.path} was removed while recording")
 
     def sample(self, s: Sample) -> None:
         self._write(sample_line(s))

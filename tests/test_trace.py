@@ -122,3 +122,19 @@ def test_flight_recorder_dumps_last_window(tmp_path):
     _, recs = _records(p)
     ts = [r.t for _, r in recs]
     assert ts[0] >= 2.9 - 1e-9 and ts[-1] == pytest.approx(3.9)
+
+
+def test_recorder_notices_its_folder_removed(tmp_path):
+    import shutil
+
+    gpus = (GpuInfo(0, "g", "u", 1000),)
+    d = tmp_path / "rec"
+    d.mkdir()
+    rec = TraceRecorder(str(d / "r.jsonl"), gpus)
+    for i in range(50):
+        rec.sample(Sample(i * 0.1, (GpuSample(0, i),)))
+    assert rec.status.up
+    shutil.rmtree(d)
+    for i in range(200):  # no exception, and the status says why it stopped
+        rec.sample(Sample(5 + i * 0.1, (GpuSample(0, i),)))
+    assert not rec.status.up and "removed" in rec.status.error
