@@ -223,3 +223,13 @@ def test_engine_not_serving_yet_means_warm_up():
     for s in synth.trace([fn], 45)[500:]:
         trans += a.add_sample(s)
     assert fired(trans, "GPUMemoryLeak")  # serving, and still growing: a leak
+
+
+def test_idle_card_with_a_bare_cuda_context_beside_a_full_one():
+    a = Analyzer(synth.info(2))
+    samples = synth.trace([lambda t: 0 if t < 5 else 0.9 * synth.TOTAL, lambda t: 0 if t < 5 else 400 << 20], 30,
+                          pids=[77, 77])  # the server holds a 400 MiB context on the second card
+    for s in samples:
+        a.add_sample(s)
+    imb = [f for f in a.summary()["findings"] if f["kind"] == "imbalance"]
+    assert imb and imb[0]["evidence"]["kind"] == "idle_card"

@@ -197,7 +197,7 @@ class Analyzer:
                     cur.append(f)
                     conds.append(c)
             group = "server" if "server" in roles_here else (f"pid{st.sample.procs[0][0]}" if roles_here else None)
-            loads.append(CardLoad(gpu, used, cap, group, v.shape == "idle" and not roles_here, v.leak))
+            loads.append(CardLoad(gpu, used, cap, group, v.shape == "idle", v.leak))
 
         invisible = [pid for pid in holders if pid in self.procs and not self.procs[pid].visible]
         if invisible:

@@ -56,7 +56,7 @@ def find_imbalance(cards: list[CardLoad], spread_fraction: float, busy_fraction:
                     leaking,
                 )
             )
-    idle = [c for c in cards if c.idle and c.group is None]
+    idle = [c for c in cards if c.idle]  # a CUDA context alone (< 1% of the card) is still idle
     full = [c for c in cards if not c.idle and c.used_bytes / c.capacity_bytes >= busy_fraction]
     if idle and full:
         hi = max(full, key=lambda c: c.used_bytes / c.capacity_bytes)
