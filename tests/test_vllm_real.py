@@ -21,6 +21,7 @@ from daemon.sources.engines import EngineSource
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 VPY = os.environ.get("OOMWATCH_VLLM_PYTHON")
 KV_BYTES = 64 << 20
+N_REQUESTS = 32  # enough work that a scrape lands while they run, even on 2 busy cores
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def vllm(tmp_path_factory):
 
 
 def _complete(url, i, results):
-    body = json.dumps({"model": "tiny-qwen2", "prompt": f"gpu memory leak request {i} " * 20, "max_tokens": 200,
+    body = json.dumps({"model": "tiny-qwen2", "prompt": f"gpu memory leak request {i} " * 8, "max_tokens": 440,
                        "temperature": 0, "ignore_eos": True}).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body, headers={
         "Content-Type": "application/json", "Authorization": "Bearer test-secret-key-123"})
@@ -76,21 +77,25 @@ def test_engine_source_sees_a_real_vllm_under_load(vllm):
     idle = src.scrape()
     assert idle.up and idle.kind == "vllm" and idle.model == "tiny-qwen2" and idle.engine == "0"
     results: list = []
-    threads = [threading.Thread(target=_complete, args=(vllm["url"], i, results)) for i in range(8)]
-    t0 = time.time()
-    for t in threads:
-        t.start()
     seen = []
-    while any(t.is_alive() for t in threads) and time.time() - t0 < 240:
-        s = src.scrape()
-        if s.up:
-            seen.append((round(time.time() - t0, 2), s.requests_running, s.requests_waiting, s.kv_cache_usage_ratio))
-        time.sleep(0.3)
-    for t in threads:
-        t.join(240)
+    t0 = time.time()
+    for _ in range(3):  # a scrape must land while requests run; on 2 busy cores one round may be too quick
+        batch = [threading.Thread(target=_complete, args=(vllm["url"], i, results)) for i in range(N_REQUESTS)]
+        for t in batch:
+            t.start()
+        while any(t.is_alive() for t in batch) and time.time() - t0 < 300:
+            s = src.scrape()
+            if s.up:
+                seen.append((round(time.time() - t0, 2), s.requests_running, s.requests_waiting,
+                             s.kv_cache_usage_ratio))
+            time.sleep(0.05)
+        for t in batch:
+            t.join(240)
+        if any(r and r > 0 for _, r, _, kv in seen) and any(kv and kv > 0 for *_, kv in seen):
+            break
     after = src.scrape()
     print("vLLM startup %.1f s; observed (t, running, waiting, kv):" % vllm["startup_s"], seen)
-    assert results == [200] * 8
+    assert results and set(results) == {200} and len(results) % N_REQUESTS == 0
     assert any(r and r > 0 for _, r, _, _ in seen), seen
     assert any(kv and kv > 0 for _, _, _, kv in seen), seen
     assert after.kv_cache_memory_bytes == KV_BYTES
