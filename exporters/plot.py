@@ -78,12 +78,16 @@ def plot(path: str, analyzer, recorder: Recorder, transitions) -> dict:
                         xytext=(-40, 6), color="#c62828", fontsize=9)
             m["eta_seconds"] = round(lv.eta_seconds, 1)
             m["eta_at"] = round(ta, 2)
-        # spikes: peaks well above the level both before and after them (given back within ~2 s)
+        # spikes: short peaks well above a level that holds before and after them (up and back within ~2 s);
+        # a sawtooth's slow ramp to its peak is not one
         w = max(2, int(2.0 / recorder.bucket_s))
+        k = max(1, int(1.0 / recorder.bucket_s))
         thr = analyzer.cfg.transient_fraction * cap
         for i in range(w, len(us) - w):
             before, after = min(us[i - w : i]), min(us[i + 1 : i + w + 1])
-            if us[i] - max(before, after) > thr and us[i] == max(us[i - w : i + w + 1]) and us[i] > us[i - 1]:
+            sudden = us[i - k] - before < thr / 2
+            if (sudden and us[i] - max(before, after) > thr and us[i] == max(us[i - w : i + w + 1])
+                    and us[i] > us[i - 1]):
                 ax.plot(x[i], us[i] / GiB, "v", color="#ef6c00", ms=8, label="spike" if not m["spikes"] else None)
                 m["spikes"].append(round(x[i], 2))
         for tr in transitions:
