@@ -397,8 +397,8 @@ def cmd_run(args) -> int:
     stop = threading.Event()
     _on_signals(stop)
     what = f"replaying {cfg.replay} at {cfg.speed}x" if cfg.replay else f"sampling {len(src.gpus)} GPU(s) via NVML"
-    logging.getLogger("oomwatch").warning("oomwatch %s: %s; metrics on http://%s/metrics", __version__, what,
-                                          cfg.listen)
+    logging.getLogger("oomwatch").warning("oomwatch %s: %s; metrics on http://%s/metrics, status page on "
+                                          "http://%s/", __version__, what, cfg.listen, cfg.listen)
     sampler.start()
     try:
         stop.wait(args.duration)

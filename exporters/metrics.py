@@ -142,7 +142,7 @@ class OomwatchCollector:
         yield from efam.values()
         yield preempt
 
-        al_keys = ["alertname", "severity", "gpu", "uuid", "pid", "source", "engine", "instance_url"]
+        al_keys = ["alertname", "severity", "gpu", "uuid", "pid", "source", "engine", "url"]
         alert = _g("oomwatch_alert", docs["oomwatch_alert"], al_keys)
         for a in s.alerts:
             if a.state == "firing":

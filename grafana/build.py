@@ -88,7 +88,7 @@ def dashboard():
             f"oomwatch_alert{{{SEL}}} == 1", fmt="table", instant=True)], 16, 4, 8, 9,
               transformations=[{"id": "organize", "options": {"excludeByName": {
                   "Time": True, "Value": True, "__name__": True, "job": True, "engine": True,
-                  "instance_url": True}}}],
+                  "url": True}}}],
               overrides=[{"matcher": {"id": "byName", "options": "alertname"}, "properties": [
                   {"id": "links", "value": [{"title": "runbook", "url": RUNBOOKS + "${__value.text}.md"}]}]}]),
         panel("state-timeline", "Curve shape", [target(

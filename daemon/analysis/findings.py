@@ -235,7 +235,7 @@ def kv_pressure(snap, threshold, t) -> tuple[Finding, Condition]:
         "To stop preemption instead, lower --max-num-seqs."
     )
     f = Finding("kv_pressure", None, None, summary, ev, advice, "warning", t)
-    labels = (("engine", snap.engine or ""), ("instance_url", snap.url))
+    labels = (("engine", snap.engine or ""), ("url", snap.url))
     c = Condition("KVCachePressure", labels, f"KV cache nearly full on {snap.url}", summary + ".", None,
                   snap.kv_cache_usage_ratio or 0.0)
     return f, c
