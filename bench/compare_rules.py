@@ -133,8 +133,8 @@ def main():
         return f"{oom - fire:.1f} s before{at}"
 
     out = []
-    out.append(f"| trace | real OOM at | `used/total > 0.9 for 1m` | `predict_linear(used[1m], 600) > total` "
-               f"| oomwatch |")
+    out.append("| trace | real OOM at | `used/total > 0.9 for 1m` | `predict_linear(used[1m], 600) > total` "
+               "| oomwatch |")
     out.append("|---|---|---|---|---|")
     score = {"thr": [0, 0], "pl": [0, 0], "ow": [0, 0]}
     for name, oom, leak, thr, pl, page in rows:

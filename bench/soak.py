@@ -14,14 +14,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from traces import ROOT, multi_gpu  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from servers import StaticServer  # noqa: E402
 
 from daemon.model import GpuSample, Sample  # noqa: E402
 from daemon.trace import header_line, sample_line  # noqa: E402
@@ -49,19 +50,8 @@ def main():
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "soak.json"))
     a = ap.parse_args()
-    body = open(CAPTURE, "rb").read()
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *x):
-            pass
-
-    eng = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=eng.serve_forever, daemon=True).start()
+    with open(CAPTURE, "rb") as f:
+        eng = StaticServer(f.read())  # an engine endpoint serving a real vLLM capture
     d = tempfile.mkdtemp()
     trace = os.path.join(d, "soak.jsonl")
     write_trace(trace)
@@ -71,7 +61,7 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     p = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--replay", trace, "--loop", "--listen",
-                          f"127.0.0.1:{port}", "--engine-url", f"http://127.0.0.1:{eng.server_address[1]}"],
+                          f"127.0.0.1:{port}", "--engine-url", eng.url],
                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proc = psutil.Process(p.pid)
     rows = []
@@ -95,8 +85,8 @@ def main():
     finally:
         p.terminate()
         p.wait(10)
-        eng.shutdown()
-    warm = [r for r in rows if r["t"] >= 120]
+        eng.close()
+    warm = [r for r in rows if r["t"] >= 120] or rows  # a short run has no warm-up to skip
     first, last = warm[: max(1, len(warm) // 6)], warm[-max(1, len(warm) // 6):]
     res = {
         "minutes": a.minutes,

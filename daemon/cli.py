@@ -425,7 +425,8 @@ def main(argv=None) -> int:
         return {"run": cmd_run, "replay": cmd_replay, "diagnose": cmd_diagnose, "record": cmd_record,
                 "engines": cmd_engines}[args.cmd](args)
     except UsageError as e:
-        print(f"oomwatch: {str(e).removeprefix('oomwatch: ')}", file=sys.stderr)
+        msg = str(e)
+        print(msg if msg.startswith("oomwatch") else f"oomwatch: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -10,7 +10,6 @@ the shortest evidence we accept, not the expected pace.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -108,9 +107,6 @@ class DaemonConfig:
     external_url: str | None = None
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     alerts: AlertTiming = field(default_factory=AlertTiming)
-
-    def replace(self, **kw) -> "DaemonConfig":
-        return dataclasses.replace(self, **kw)
 
 
 def env_default(name: str, default):

@@ -6,7 +6,7 @@ a scrape sees one consistent moment and can never block or corrupt the sampling 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .analysis.curve import CurveVerdict
 from .model import EngineSnapshot, GpuInfo, GpuSample, SourceStatus
@@ -55,4 +55,3 @@ class Snapshot:
     sample_duration_seconds: float | None = None
     analysis_duration_seconds: float | None = None
     started_at: float = 0.0
-    history: dict = field(default_factory=dict)  # gpu -> (t list, used list) for the status page

@@ -8,7 +8,6 @@ list is capped at `MAX_PROCS` per card (largest holders first).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -217,6 +216,3 @@ def serve(listen: str, get_snapshot, extra_routes: dict | None = None):
     th.start()
     return httpd, th
 
-
-def json_route(fn):
-    return lambda: ("application/json", json.dumps(fn()).encode())

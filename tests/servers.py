@@ -137,3 +137,28 @@ def start_oomwatch(*args):
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_http(f"http://127.0.0.1:{port}/healthz")
     return p, f"127.0.0.1:{port}"
+
+
+class StaticServer:
+    """Serves one fixed body on every GET (an engine endpoint from a real capture, or a huge body)."""
+
+    def __init__(self, body: bytes, content_type: str = "text/plain; version=0.0.4"):
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up: fine
+                    pass
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()

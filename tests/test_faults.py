@@ -5,7 +5,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pytest
 from prometheus_client import generate_latest
 
 from conftest import example
@@ -16,6 +15,7 @@ from daemon.sources.nvml import NvmlSource
 from exporters.alertmanager import AlertmanagerPusher
 from exporters.metrics import make_registry
 from fake_nvml import FakeNvml
+from servers import StaticServer
 
 
 def sampler_with_fake(cards=2, **kw):
@@ -29,13 +29,6 @@ def sampler_with_fake(cards=2, **kw):
 
 def exposition(s):
     return generate_latest(make_registry(lambda: s.snapshot)).decode()
-
-
-def run_jobs(s, n, dt=0.1):
-    for _ in range(n):
-        s.sample_job()
-        time.sleep(0)  # the jobs are called directly: no scheduler timing in the way
-    return s
 
 
 def test_nvml_gone_after_start(monkeypatch):
@@ -119,30 +112,14 @@ def test_alertmanager_5xx_then_slow_then_back():
 
 
 def test_engine_50mb_body_is_refused():
-    big = b"# " + b"x" * (50 << 20)
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain")
-            self.end_headers()
-            try:
-                self.wfile.write(big)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = StaticServer(b"# " + b"x" * (50 << 20))
     try:
-        e = EngineSource(f"http://127.0.0.1:{srv.server_address[1]}", retries=0)
+        e = EngineSource(srv.url, retries=0)
         t0 = time.perf_counter()
         snap = e.scrape()
         assert not snap.up and "larger than" in snap.error and time.perf_counter() - t0 < 5
     finally:
-        srv.shutdown()
+        srv.close()
 
 
 def test_record_to_a_full_disk_keeps_serving(tmp_path):

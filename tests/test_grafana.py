@@ -6,15 +6,13 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote
 
 import pytest
 
 from conftest import ROOT, example
-from servers import Prometheus, start_oomwatch
+from servers import Prometheus, StaticServer, start_oomwatch
 
 pytestmark = pytest.mark.integration
 DASH = os.path.join(ROOT, "grafana", "oomwatch.json")
@@ -39,22 +37,10 @@ def exprs():
 
 @pytest.fixture(scope="module")
 def engine():
-    body = open(CAPTURE, "rb").read()
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
+    with open(CAPTURE, "rb") as f:
+        srv = StaticServer(f.read())
+    yield srv.url
+    srv.close()
 
 
 def test_every_panel_returns_data(tmp_path, engine):

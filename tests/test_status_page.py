@@ -1,6 +1,5 @@
 """The built-in status page in a real headless browser (Debian's chromium), against the daemon replaying."""
 
-import os
 import re
 import subprocess
 import time

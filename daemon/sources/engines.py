@@ -208,8 +208,6 @@ class EngineSource:
         return self._client
 
     def _get(self) -> str:
-        import httpx
-
         with self._client_().stream("GET", self.url, headers={"Accept": "text/plain"}) as r:
             if r.status_code != 200:
                 raise RuntimeError(f"HTTP {r.status_code}")
@@ -222,7 +220,6 @@ class EngineSource:
                 if size > MAX_BODY_BYTES:
                     raise RuntimeError(f"body larger than {MAX_BODY_BYTES >> 20} MiB")
                 chunks.append(chunk)
-        _ = httpx  # keep the import local: the daemon does not pay for httpx unless an engine is set
         return b"".join(chunks).decode("utf-8", errors="replace")
 
     def scrape(self) -> EngineSnapshot:
@@ -237,9 +234,7 @@ class EngineSource:
                     raise RuntimeError("answered an HTML page, not Prometheus metrics")
                 snap = parse_metrics(self.url, text)
                 err = snap.error
-                if snap.up:
-                    break
-                break  # a parse failure will not get better by retrying now
+                break  # parsed, or unparsable: a retry now would get the same body
             except (httpx.HTTPError, RuntimeError, OSError) as e:
                 err = _describe(e)
                 snap = EngineSnapshot(self.url, up=False, error=err)
