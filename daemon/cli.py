@@ -140,34 +140,32 @@ def _open_source(args):
 
 
 def cmd_replay(args) -> int:
-    from .analysis.analyzer import Analyzer
-    from .model import Sample
+    from .feed import replay_trace
     from .report import render
-    from .sources.replay import ReplaySource
 
-    src = ReplaySource(args.trace)
-    a = Analyzer(src.gpus)
     out = sys.stdout
     rec_plot = _plot_recorder(args)
-    for rec in src.all():
-        if isinstance(rec, Sample):
-            if rec_plot:
-                rec_plot.add(rec)
-            for tr in a.add_sample(rec):
-                al = tr.alert
-                if args.json:
-                    out.write(json.dumps({"t": round(tr.t, 3), "alert": al.alertname, "state": tr.state,
-                                          "labels": al.all_labels(), "summary": al.summary,
-                                          "eta_seconds": None if al.eta_seconds is None else round(al.eta_seconds, 1)})
-                              + "\n")
-                else:
-                    out.write(f"{tr.t:9.2f}s  {tr.state.upper():8s} {al.alertname:20s} {al.summary}\n")
+
+    def show(tr):
+        al = tr.alert
+        if args.json:
+            out.write(json.dumps({"t": round(tr.t, 3), "alert": al.alertname, "state": tr.state,
+                                  "labels": al.all_labels(), "summary": al.summary,
+                                  "eta_seconds": None if al.eta_seconds is None else round(al.eta_seconds, 1)})
+                      + "\n")
         else:
-            a.add_proc(rec)
-    if src.status.error:
-        raise UsageError(src.status.error)
+            out.write(f"{tr.t:9.2f}s  {tr.state.upper():8s} {al.alertname:20s} {al.summary}\n")
+
+    try:
+        res = replay_trace(args.trace, show, rec_plot.add if rec_plot else None)
+    except Exception as e:
+        from .trace import TraceError
+
+        if isinstance(e, TraceError):
+            raise UsageError(str(e)) from None
+        raise
+    a, summary = res.analyzer, res.summary
     _draw(args, a, rec_plot)
-    summary = a.summary()
     if args.json:
         out.write(json.dumps({"summary": summary}) + "\n")
     else:
@@ -212,13 +210,9 @@ def cmd_diagnose(args) -> int:
     a = Analyzer(src.gpus, engines_expected=bool(engines))
     rec_plot = _plot_recorder(args)
     if args.replay:
-        for rec in src.all():
-            if isinstance(rec, Sample):
-                if rec_plot:
-                    rec_plot.add(rec)
-                a.add_sample(rec)
-            else:
-                a.add_proc(rec)
+        from .feed import feed
+
+        feed(a, src.all(), on_sample=rec_plot.add if rec_plot else None)
         if src.status.error:
             raise UsageError(src.status.error)
     else:
