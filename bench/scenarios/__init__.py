@@ -1,0 +1,27 @@
+"""Deterministic, labelled GPU-memory traces for the detection benchmark (`bench/detection.py`).
+
+    python -m bench.scenarios --write DIR [--only NAME ...] [--fast] [--list]
+
+A scenario is a few lines in `catalog.py` composed from the named behaviours of `behaviours.py` (each
+models facts of the project's BEHAVIOURS.md), laid out as the engines lay out their processes
+(`layouts.py`), on a `Trace` (`model.py`) that yields `gpu-memory-trace/1` records with the same
+annotations as the real recordings, and the ground truth the scorer judges against.
+"""
+
+from .catalog import SCENARIOS, Spec
+from .model import Trace
+
+#: The CI subset: a dozen short scenarios that together cover every alert the gate judges.
+FAST = [name for name, spec in SCENARIOS.items() if spec.fast]
+
+__all__ = ["FAST", "SCENARIOS", "Spec", "Trace", "write"]
+
+
+def write(spec: Spec, path: str) -> int:
+    """Write one scenario as a JSON Lines file; returns the number of GPU-samples."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        for rec in spec.build().records():
+            f.write(json.dumps(rec) + "\n")
+    return spec.gpu_samples
