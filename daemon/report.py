@@ -6,6 +6,8 @@ no I/O besides returning text.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .analysis.analyzer import Analyzer, GpuState
 from .analysis.findings import SEVERITY_ORDER, duration, gib
 
@@ -19,37 +21,94 @@ SHAPE_WORDS = {
 }
 
 
+def _pct(b: float, cap: float) -> str:
+    return f"{b / cap:.1%}" if cap else gib(b)
+
+
+def _rate(bps: float) -> str:
+    mib = bps / (1 << 20)
+    return f"{mib:.0f} MiB/s" if mib >= 1 else f"{bps * 3600 / (1 << 20):.0f} MiB/hour"
+
+
+def _episode_words(a: Analyzer, st: GpuState) -> str:
+    """What happened on this card, from its episodes: when each alert held and how it ended."""
+    t0 = a.t0 or 0.0
+    out = []
+    for e in a.episodes:
+        if e["gpu"] != str(st.info.index) or e["alert"] not in (
+            "GPUMemoryLeak",
+            "GPUOOMImminent",
+            "GPUMemorySpikeRisk",
+        ):
+            continue
+        what = {
+            "GPUMemoryLeak": "a leak was suspected",
+            "GPUOOMImminent": "an OOM was projected",
+            "GPUMemorySpikeRisk": "spike risk held",
+        }[e["alert"]]
+        if e["end"] is None:
+            out.append(f"{what} from {e['start'] - t0:.0f} s and still holds")
+        else:
+            out.append(
+                f"{what} from {e['start'] - t0:.0f} s to {e['end'] - t0:.0f} s and ended because {e['ended_because']}"
+            )
+    return "; ".join(out)
+
+
+def verdict_sentence(a: Analyzer, st: GpuState) -> str:
+    """One plain sentence of the card's state at the end (never a past rate projected onto an idle card)."""
+    v, lc = st.verdict, st.lc
+    cap = st.capacity_bytes or st.info.total_bytes
+    used = float(st.sample.used_bytes) if st.sample and st.sample.used_bytes is not None else v.floor_bytes
+    b = st.busy
+    if lc.phase == "idle":
+        s = "idle now"
+        if b:
+            s += f" (its processes exited; it peaked at {_pct(b['peak'], cap)})"
+    elif lc.phase == "exiting":
+        s = f"exiting now: its processes are gone and {_pct(used, cap)} is being given back"
+    elif lc.phase == "starting":
+        what = f"{lc.kind} start" if lc.kind else "start"
+        s = f"in its {what} since {max(0.0, (a.now or 0) - (lc.start_t or 0)):.0f} s, {_pct(used, cap)} used"
+        if v.leak:
+            s += (
+                f", climbing {_rate(v.leak_bytes_per_second)} past where a start stops: "
+                f"full in {duration(v.eta_seconds)}"
+            )
+    elif v.leak:
+        s = (
+            f"{SHAPE_WORDS.get(v.shape, v.shape)} at {_rate(v.leak_bytes_per_second)} "
+            f"(floor {_pct(v.floor_bytes, cap)}),"
+            f" full in {duration(v.eta_seconds)}"
+        )
+    else:
+        s = f"{SHAPE_WORDS.get(v.shape, v.shape)} at {_pct(v.floor_bytes, cap)} now"
+        if v.growth == "cache_growth":
+            s += f" after {gib(v.growth_bytes)} of caching-allocator growth that levelled off"
+        elif v.growth == "plateau":
+            s += f" after growing {gib(v.growth_bytes)} and levelling off"
+        if v.no_headroom:
+            s += "; no headroom left above the floor"
+        if v.spike_risk:
+            s += f"; transients of {gib(v.spike_height_bytes)} are taller than the {gib(v.headroom_bytes)} left"
+    ep = _episode_words(a, st)
+    return f"{s[0].upper()}{s[1:]}" + (f"; {ep}." if ep else ".")
+
+
 def card_line(a: Analyzer, st: GpuState) -> str:
     i = st.info
-    shape = a.summary_shape(st)
     cap = st.capacity_bytes or i.total_bytes
-    t, mn, mx, la = st.series.arrays()
-    used = float(la[-1]) if len(la) else 0.0
+    used = float(st.sample.used_bytes) if st.sample and st.sample.used_bytes is not None else 0.0
     peak = st.peak_used_bytes
     head = f"GPU {i.index} {i.name}: {used / cap:.1%} used now, peak {peak / cap:.1%} ({gib(peak)} of {gib(cap)})"
-    if st.ever_leak:
-        eta = f", full in {duration(st.last_leak_eta)} at that rate" if st.last_leak_eta is not None else ""
-        return f"{head}; {SHAPE_WORDS[shape]}: memory grows by {st.last_leak_rate / (1 << 20):.0f} MiB/s{eta}."
-    if shape == "idle":
-        return f"{head}; idle."
-    idle_now = st.verdict.shape == "idle"
-    tail = "; idle now (its processes exited)" if idle_now else ""
-    if shape == "stable" and st.warm_end is not None and st.busy_since is not None:
-        climb = max(0.0, st.warm_end - st.busy_since)
-        flat_for = max(0.0, (st.busy_last or st.warm_end) - st.warm_end)
-        if st.budget_bytes:
-            what = f"the engine's preallocation up to its budget line ({st.budget_bytes / i.total_bytes:.0%})"
-        else:
-            what = "a one-time allocation (an engine preallocating its KV pool looks like this)"
-        return (f"{head}; reached {st.plateau_bytes / cap:.1%} in {climb:.0f} s and stayed flat for "
-                f"{flat_for:.0f} s: {what}, healthy{tail}.")
-    return f"{head}; {SHAPE_WORDS.get(shape, shape)}{tail}."
+    return f"{head}; {verdict_sentence(a, st)}"
 
 
-def render(a: Analyzer, summary: dict) -> str:
+def render(a: Analyzer, summary: dict[str, Any]) -> str:
     lines = ["Cards:"]
     for st in a.gpus.values():
         lines.append("  " + card_line(a, st))
+        lines += ["    " + x for x in a.alloc.describe(st.info.uuid)]  # the allocator probe, where it runs
     fs = sorted(summary["findings"], key=lambda f: SEVERITY_ORDER.get(f.get("severity", "warning"), 9))
     if not fs:
         lines.append("")
@@ -66,7 +125,7 @@ def render(a: Analyzer, summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _fmt(k: str, v):
+def _fmt(k: str, v: object) -> object:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         if k.endswith("_bytes"):
             return gib(v)

@@ -13,7 +13,7 @@ import pytest
 import synth
 from conftest import example
 from daemon.analysis.analyzer import Analyzer
-from daemon.analysis.curve import evaluate, theil_sen
+from daemon.analysis.trend import floor_trend, theil_sen
 from daemon.config import AnalysisConfig
 from daemon.model import Sample
 from daemon.trace import read_trace
@@ -42,8 +42,13 @@ def run_trace(name):
 
 
 def fired(trans, alert, gpu=None):
-    return [tr.t for tr in trans if tr.alert.alertname == alert and tr.state == "firing"
-            and (gpu is None or dict(tr.alert.labels).get("gpu") == gpu)]
+    return [
+        tr.t
+        for tr in trans
+        if tr.alert.alertname == alert
+        and tr.state == "firing"
+        and (gpu is None or dict(tr.alert.labels).get("gpu") == gpu)
+    ]
 
 
 @pytest.mark.parametrize("name", TRACES)
@@ -101,7 +106,8 @@ def run_synth(fns, seconds):
 LEAKS = {
     "ramp": (lambda: synth.ramp(base=0.3, rate=1.5 * synth.GiB), 10.0, "ramp"),
     "fine_staircase_high_base": (lambda: synth.staircase(base=0.4, step=1.5 * synth.GiB, every=0.8), 10.0, "staircase"),
-    "rising_sawtooth": (lambda: synth.sawtooth(trough_step=0.05), 8.0, "sawtooth"),
+    # Cycles that begin once the server serves (troughs are judged while serving; a start's climb is no cycle).
+    "rising_sawtooth": (lambda: synth.sawtooth(trough_step=0.05, t_leak=25.0), 25.0, "sawtooth"),
     "staircase": (lambda: synth.staircase(), 10.0, "staircase"),
 }
 
@@ -133,7 +139,8 @@ def test_bounded_sawtooth_is_quiet():
 
 
 def test_slow_leak_far_from_oom_has_finite_eta():
-    a, _ = run_synth([synth.staircase(base=0.3, step=1 * synth.GiB, every=4)], 60)
+    # Serving first (flat past the settle time), then the leak: growth inside a start is never a leak.
+    a, _ = run_synth([synth.staircase(base=0.3, step=1 * synth.GiB, every=4, t_leak=30)], 90)
     g = a.summary()["gpus"]["0"]
     assert g["leak"] and g["eta_seconds"] is not None and g["eta_seconds"] > 60
 
@@ -145,11 +152,13 @@ def test_one_card_idle_beside_a_full_one():
 
 
 def test_leak_resolves_after_it_stops():
-    fn = synth.staircase(base=0.2, step=2 * synth.GiB, every=1.0)
-    stop = lambda t: fn(min(t, 25.0))  # noqa: E731 - growth stops at 25 s, memory stays
-    _, trans = run_synth([stop], 80)
+    # Serving from 20 s (flat since 5 s), leaking from 30 s to 70 s, then flat: one episode that ends.
+    fn = synth.staircase(base=0.2, step=1 * synth.GiB, every=1.0, t_leak=30.0)
+    stop = lambda t: fn(min(t, 70.0))  # noqa: E731 - growth stops at 70 s, memory stays
+    _, trans = run_synth([stop], 200)
     assert fired(trans, "GPUMemoryLeak")
     assert [tr for tr in trans if tr.alert.alertname == "GPUMemoryLeak" and tr.state == "resolved"]
+    assert len(fired(trans, "GPUMemoryLeak")) == 1 and len(fired(trans, "GPUOOMImminent")) <= 1
 
 
 # ---- pure pieces --------------------------------------------------------------------------------------
@@ -157,29 +166,40 @@ def test_theil_sen_ignores_an_outlier():
     x = np.arange(10.0)
     y = 2 * x
     y[5] = 100
-    assert theil_sen(x, y) == pytest.approx(2.0)
+    assert theil_sen(x, y)[0] == pytest.approx(2.0)
 
 
-def test_evaluate_flat_is_stable_and_empty_is_idle():
+def test_flat_floor_is_no_trend_and_one_step_is_not_a_leak():
     cfg = AnalysisConfig()
-    t = np.arange(0, 30, 0.25)
+    t = np.arange(0, 120, 0.25)
     flat = np.full_like(t, 50e9)
-    v = evaluate(t, flat, flat, flat, 140e9, cfg)
-    assert v.shape == "stable" and not v.leak and not v.spike_risk
-    assert evaluate(t[:0], t[:0], t[:0], t[:0], 140e9, cfg).shape == "idle"
+    assert not floor_trend(t, flat, 120, cfg).significant
+    step = np.where(t < 60, 50e9, 60e9)  # one new high-water mark: monotone, but not sustained growth
+    tr = floor_trend(t, step, 120, cfg)
+    assert tr.significant and not tr.leak and tr.why_not == "one step"
+    ramp = 50e9 + 1e8 * t
+    tr = floor_trend(t, ramp, 120, cfg)
+    assert tr.leak and tr.slope == pytest.approx(1e8, rel=0.05) and 0 < tr.slope_lo <= tr.slope
 
 
-def test_bucket_ring_keeps_the_window_in_order():
-    from daemon.analysis.series import BucketSeries
+def test_history_rings_keep_each_level_in_order():
+    from daemon.analysis.history import History, Ring
 
-    s = BucketSeries(bucket_s=1.0, window_s=10.0)
+    s = Ring(bucket_s=1.0, window_s=10.0)
     for k in range(0, 250):  # 25 buckets of 10 samples: wraps the ring twice
-        s.add(k / 10.0, float(k))
+        s.add(k / 10.0, float(k), float(k), float(k))
     t, mn, mx, last = s.arrays()
     assert len(t) == 11  # 10 closed buckets + the open one
     assert list(mn) == [float(10 * b) for b in range(14, 25)]
     assert list(mx) == [float(10 * b + 9) for b in range(14, 25)]
     assert np.all(np.diff(t) > 0)
+    h = History(((0.25, 10.0), (1.0, 60.0), (10.0, 600.0)))
+    for k in range(0, 3000):  # 300 s at 10 Hz
+        h.add(k / 10.0, float(k % 50))
+    t1, mn1, mx1, _ = h.levels[1].arrays()
+    assert len(t1) == 61 and mn1.min() == 0 and mx1.max() == 49
+    t2, mn2, _, _ = h.levels[2].arrays()
+    assert 28 <= len(t2) <= 31 and np.all(np.diff(t2) > 0)
 
 
 def test_pid_churn_keeps_memory_bounded():
@@ -198,8 +218,20 @@ def test_kv_pressure_from_the_engine_and_its_advice():
     from daemon.model import EngineSnapshot
 
     a = Analyzer(synth.info(1))
-    a.set_engines([EngineSnapshot("http://v:8000/metrics", "vllm", True, engine="0", kv_cache_usage_ratio=0.97,
-                                  requests_running=64, requests_waiting=12, preemptions_total=5)])
+    a.set_engines(
+        [
+            EngineSnapshot(
+                "http://v:8000/metrics",
+                "vllm",
+                True,
+                engine="0",
+                kv_cache_usage_ratio=0.97,
+                requests_running=64,
+                requests_waiting=12,
+                preemptions_total=5,
+            )
+        ]
+    )
     trans = []
     for s in synth.trace([lambda t: 0.9 * synth.TOTAL], 30):
         trans += a.add_sample(s)
@@ -227,9 +259,131 @@ def test_engine_not_serving_yet_means_warm_up():
 
 def test_idle_card_with_a_bare_cuda_context_beside_a_full_one():
     a = Analyzer(synth.info(2))
-    samples = synth.trace([lambda t: 0 if t < 5 else 0.9 * synth.TOTAL, lambda t: 0 if t < 5 else 400 << 20], 30,
-                          pids=[77, 77])  # the server holds a 400 MiB context on the second card
+    samples = synth.trace(
+        [lambda t: 0 if t < 5 else 0.9 * synth.TOTAL, lambda t: 0 if t < 5 else 400 << 20], 30, pids=[77, 77]
+    )  # the server holds a 400 MiB context on the second card
     for s in samples:
         a.add_sample(s)
     imb = [f for f in a.summary()["findings"] if f["kind"] == "imbalance"]
     assert imb and imb[0]["evidence"]["kind"] == "idle_card"
+
+
+def test_30_mb_per_hour_on_a_24_gb_card_is_flagged_within_6_hours():
+    from daemon.model import GpuInfo, GpuSample, ProcInfo
+
+    total = 24 << 30
+    a = Analyzer((GpuInfo(0, "NVIDIA L4", "GPU-l4", total),))
+    a.add_proc(ProcInfo(4242, "python3", ("python3", "-m", "vllm.entrypoints.openai.api_server"), 1, 1.0))
+    onset = 2 * 3600.0
+    trans = []
+    rng = np.random.default_rng(3)
+    for k in range(int(9 * 3600 / 5)):  # nine hours at 0.2 Hz, as the long recordings are
+        t = 60.0 + k * 5.0
+        u = 0.85 * total + (30e6 / 3600 * (t - onset) if t > onset else 0.0)
+        u += float(rng.integers(0, 4)) * (2 << 20) * (rng.random() < 0.05)  # a rare 2-8 MiB blip
+        trans += a.add_sample(Sample(t, (GpuSample(0, int(u), procs=((4242, int(u)),)),)))
+    t = fired(trans, "GPUMemoryLeak")
+    assert t and t[0] - onset <= 6 * 3600, t
+    g = a.summary()["gpus"]["0"]
+    assert g["leak"] and g["eta_seconds"] is not None
+    assert g["leak_bytes_per_second"] == pytest.approx(30e6 / 3600, rel=0.3)
+    assert not fired(trans, "GPUOOMImminent")
+
+
+def test_a_start_that_does_not_fit_is_its_own_finding():
+    from daemon.model import GpuSample, ProcInfo
+
+    a = Analyzer(synth.info(1))
+    cmd = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m")
+    a.add_proc(ProcInfo(777, "python3", cmd, 1, 1.0))
+    trans = []
+    for k in range(int(40 * synth.HZ)):
+        t = k / synth.HZ
+        # weights, then the KV pool to the card's limit; the process dies in its start at 12 s
+        u = 0 if t < 2 or t >= 12 else (min(4, int(t - 2) + 1) * 8 * synth.GiB if t < 8 else 0.995 * synth.CAP)
+        procs = ((777, int(u)),) if u else ()
+        trans += a.add_sample(Sample(t, (GpuSample(0, int(u), synth.CAP - int(u), synth.RESERVED, 0, procs),)))
+    f = [f for f in a.summary()["findings"] if f["kind"] == "start_does_not_fit"]
+    assert f and "--gpu-memory-utilization" in f[0]["advice"] and "--max-model-len" in f[0]["advice"]
+    assert not fired(trans, "GPUOOMImminent") and not fired(trans, "GPUMemoryLeak")
+
+
+# ---- strays, fine staircases, one page per episode -----------------------------------------------------------
+def test_a_process_outside_the_server_tree_on_its_card_is_a_stray():
+    """A notebook opened after the server, under Jupyter, on one of the server's cards takes headroom the
+    server counted on: a stray. The same notebook on a card of its own, or a process that cannot be
+    described (another PID namespace), is not one by its card alone."""
+    from daemon.analysis.processes import classify
+    from daemon.model import ProcInfo
+
+    api = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--tensor-parallel-size", "2")
+    infos = {
+        10: ProcInfo(10, "python3", api, 5, 1000.0, pgid=10),
+        11: ProcInfo(11, "python3", api, 10, 1002.0, pgid=10),
+        50: ProcInfo(50, "jupyter-lab", ("jupyter-lab",), 5, 900.0, pgid=50),
+        51: ProcInfo(51, "python3", ("python3", "-m", "ipykernel_launcher"), 50, 3000.0, pgid=51),
+    }
+    holders = {10: 60e9, 11: 60e9, 51: 6e9, 77: 1e9}
+    roles = classify(holders, infos, cards={10: {0}, 11: {1}, 51: {1}, 77: {1}})
+    assert roles[10].role == roles[11].role == "server"
+    assert roles[51].role == "stray" and "on a card the server uses" in roles[51].why
+    assert roles[77].role == "other"  # not described: without its tree it could be the server's own worker
+    alone = classify(holders, infos, cards={10: {0}, 11: {1}, 51: {2}, 77: {3}})
+    assert alone[51].role == "other"
+    assert classify(holders, infos)[51].role == "other"  # without the cards, only orphans and elders are strays
+
+
+def _vllm_card(util, phases, seconds, hz=5.0):
+    """One H200 under a vLLM server at `util`: weights, the KV pool to the budget, then `phases(t)` bytes above
+    it (0 while flat). Returns (transitions, the time memory went to 0 (the OOM) or None)."""
+    from daemon.model import GpuSample, ProcInfo
+
+    a = Analyzer(synth.info(1))
+    cmd = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--gpu-memory-utilization", str(util))
+    a.add_proc(ProcInfo(900, "python3", cmd, 1, 1.0))
+    trans, dead = [], None
+    for k in range(int(seconds * hz)):
+        t = k / hz
+        u = 0.0 if t < 2 else (16 * synth.GiB if t < 6 else util * synth.TOTAL + 2 * synth.GiB + phases(t))
+        if dead is None and u > synth.CAP:
+            dead = t
+        if dead is not None:
+            u = 0.0
+        procs = ((900, int(u)),) if u else ()
+        trans += a.add_sample(Sample(t, (GpuSample(0, int(u), synth.CAP - int(u), synth.RESERVED, 0, procs),)))
+    return trans, dead
+
+
+def test_fine_staircase_from_a_high_base_pages_with_half_its_span_left():
+    """128 MiB kept every 4 s from 97.4% of the card: each step far smaller than the start's transients, as a
+    caching allocator's would be, but many of them at a steady pace toward the top."""
+    onset = 120.0
+    trans, oom = _vllm_card(0.96, lambda t: 0.0 if t < onset else (1 + (t - onset) // 4) * 128 * (1 << 20), 400)
+    assert oom is not None
+    pages = fired(trans, "GPUOOMImminent")
+    assert pages and pages[0] <= oom - (oom - onset) / 2, (pages, onset, oom)
+
+
+def test_a_few_large_cache_steps_to_the_top_do_not_page():
+    """The allocator's high-water marks: three steps of 1.25 GiB, 15 s apart, to 99% of the card, then flat."""
+    steps = lambda t: 1.25 * synth.GiB * min(3, max(0, int((t - 90) // 15) + 1)) if t >= 90 else 0.0  # noqa: E731
+    trans, oom = _vllm_card(0.95, steps, 400)
+    assert oom is None
+    assert not fired(trans, "GPUOOMImminent") and not fired(trans, "GPUMemoryLeak")
+
+
+def test_a_paged_leak_stays_one_page_while_it_holds():
+    """A leak pages, slows down for ten minutes (its ETA leaves the horizon for longer than the page's clear
+    time, the leak holds), then speeds up again to the OOM: one page episode, not two."""
+    mib = float(1 << 20)
+
+    def grow(t):
+        if t < 60:
+            return 0.0
+        fast1 = min(t - 60, 120) * 200 * mib
+        slow = min(max(t - 180, 0), 600) * 20 * mib
+        return fast1 + slow + max(t - 780, 0) * 200 * mib
+
+    trans, oom = _vllm_card(0.5, grow, 1200)
+    assert oom is not None and fired(trans, "GPUOOMImminent")
+    assert len(fired(trans, "GPUOOMImminent")) == 1, fired(trans, "GPUOOMImminent")

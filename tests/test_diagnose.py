@@ -62,8 +62,17 @@ def test_replay_json_contract():
         assert t["state"] in ("firing", "resolved") and t["labels"]["alertname"] == t["alert"]
         assert t["labels"]["severity"] in ("warning", "critical")
     s = last["summary"]
-    assert set(s) == {"gpus", "findings", "samples", "seconds"}
+    assert set(s) == {"gpus", "findings", "episodes", "samples", "seconds"}  # DESIGN.md: episodes extend it
     for g in s["gpus"].values():
-        assert set(g) == {"shape", "leak", "leak_bytes_per_second", "eta_seconds", "peak_used_bytes"}
+        assert set(g) == {
+            "shape",
+            "leak",
+            "leak_bytes_per_second",
+            "eta_seconds",
+            "peak_used_bytes",
+            "phase",
+            "verdict",
+        }
+        assert g["phase"] in ("idle", "starting", "serving", "exiting") and g["verdict"]
         assert g["shape"] in ("stable", "staircase", "ramp", "sawtooth", "spike", "idle")
     assert s["samples"] > 900 and 40 < s["seconds"] < 60

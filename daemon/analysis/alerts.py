@@ -7,6 +7,7 @@ Pure bookkeeping over times passed in; the daemon, `replay` and `diagnose` share
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 from ..config import ALERTS, AlertTiming, runbook_url
@@ -36,18 +37,18 @@ class Alert:
     summary: str = ""
     description: str = ""
     eta_seconds: float | None = None
-    annotations: dict = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def severity(self) -> str:
         return ALERTS[self.alertname][0]
 
-    def all_labels(self) -> dict:
+    def all_labels(self) -> dict[str, str]:
         d = {"alertname": self.alertname, "severity": self.severity}
         d.update(self.labels)
         return d
 
-    def all_annotations(self) -> dict:
+    def all_annotations(self) -> dict[str, str]:
         d = {"summary": self.summary, "description": self.description, "runbook_url": runbook_url(self.alertname)}
         d.update(self.annotations)
         return d
@@ -65,9 +66,11 @@ class AlertBook:
 
     def __init__(self, timing: AlertTiming | None = None):
         self.timing = timing or AlertTiming()
-        self.alerts: dict[tuple, Alert] = {}
+        self.alerts: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = {}
 
-    def update(self, now: float, conditions, scope=None) -> list[Transition]:
+    def update(
+        self, now: float, conditions: Iterable[Condition], scope: Container[str] | None = None
+    ) -> list[Transition]:
         """Apply this evaluation's true conditions. `scope` limits which alert names are judged now
         (a source that was not evaluated this round keeps its alerts as they are)."""
         out: list[Transition] = []
@@ -90,14 +93,38 @@ class AlertBook:
                 continue
             if a.state == "pending":
                 del self.alerts[key]
-            elif a.state == "firing" and now - a.last_true >= self.timing.clear_s:
+            elif a.state == "firing" and now - a.last_true >= self.timing.clear_by_alert.get(
+                a.alertname, self.timing.clear_s
+            ):
                 a.state = "resolved"
                 a.resolved_at = now
                 out.append(Transition(now, a, "resolved"))
         return out
 
+    def end(self, now: float, alertnames: Container[str], gpu: str) -> list[Transition]:
+        """Resolve at once the named alerts of one card (its process exited: the episode is over)."""
+        out = []
+        for a in self.alerts.values():
+            if a.state == "firing" and a.alertname in alertnames and dict(a.labels).get("gpu") == gpu:
+                a.state, a.resolved_at = "resolved", now
+                out.append(Transition(now, a, "resolved"))
+        return out
+
     def firing(self) -> list[Alert]:
         return [a for a in self.alerts.values() if a.state == "firing"]
+
+    def resolve_all(self, now: float) -> list[Transition]:
+        """Resolve every firing alert and drop pending ones: the input ended (a replay without --loop), so
+        no condition holds any more and nothing must stay paged."""
+        out: list[Transition] = []
+        for key, a in list(self.alerts.items()):
+            if a.state == "pending":
+                del self.alerts[key]
+            elif a.state == "firing":
+                a.state = "resolved"
+                a.resolved_at = now
+                out.append(Transition(now, a, "resolved"))
+        return out
 
     def prune(self, now: float, keep_resolved_s: float = 300.0) -> None:
         """Forget resolved alerts after a while so churned PIDs cannot grow the book."""

@@ -1,25 +1,46 @@
-"""Read one card's memory curve: shape, leak, time to OOM and spike risk. Arrays in, a verdict out.
+"""Read one card's memory curve: shape, leak, time to OOM, spike risk, at the scale where each shows.
 
-The one idea everything here rests on is the *kept floor*: for each moment s, the least memory the card
-held from s until now (a suffix minimum). Memory that was given back drops out of it, memory that is
-still held stays in. A leak is a kept floor that keeps rising; a sawtooth's floor is its troughs; a
-spike never touches it.
+`CardJudge.judge` runs at each evaluation with the card's multi-resolution history (history.py) and its
+lifecycle (lifecycle.py) and returns a `CurveVerdict`:
 
-Warm-up: an inference server's start climbs (weights, a profile pass, the KV pool up to its
-`gpu_memory_utilization` line, CUDA graphs) and then stays flat. Its climb is dominated by one
-allocation (the KV pool) many times larger than any other step, and growth right after it stops within
-a few steps. So growth is only counted after the last *dominant* allocation, and only a run of at least
-`leak_min_steps` kept rises over `leak_min_span_s` that is still going on is a leak. Where the engine
-says its budget, growth up to that line is never a leak either (see `Analyzer`).
+- Serving: the floor's trend is tested at several windows (1 min to 7 days, `trend_windows_s`) with
+  Mann-Kendall and Theil-Sen (trend.py). A short window is re-tested about every second, a long one about
+  60 times per window (`trend_cadence`), so the per-sample work stays O(1) amortised while a 7-day window
+  is still judged. A card that cycles (gives memory back: releases, sudden or gradual) is judged with
+  blocks at least one cycle long, i.e. by its troughs. The shortest window with a sustained significant
+  rise gives the rate; the slope's lower confidence bound gives the conservative ETA.
+- Growth that is significant but not sustained (one step, levelled off, decelerating) is not a leak: it is
+  named `cache_growth` (the caching allocator's high-water marks: a handful of steps no larger than the
+  tallest transient since the server started) or `plateau`; a card whose floor sits at >= 98% after such a
+  climb is `no_headroom` (the allocator reclaims its cache before CUDA fails), not a page. Cache growth
+  comes in a few large steps and levels off; a sustained rise of many fine steps (none above a seventh of
+  it, nor a large allocation) that would fill the card within three times its own span, at its rate and at
+  its lower bound, outpaces any cache: a leak, whatever the size of its steps (`_outpaces`).
+- Starting: growth is never a leak. A start stops where starts stop: at the server's declared budget (a
+  known engine's command line), or a few percent above the level after its dominant jump (the KV pool, then
+  graphs). Past that line, urgency decides: a sustained significant climb whose ETA (from the slope and from
+  its lower bound) is inside the horizon, and short compared with how long the climb has lasted
+  (`start_eta_ratio`: a climb to OOM from birth is paged with at least 3/4 of its span left, a start that
+  fills a quarter of the card while loading is not). An engine that is configured and not answering yet is
+  still loading: no urgency before its budget line either.
+- Spike risk: the tallest transient given back in the last `spike_window_s` against the free memory above
+  the floor, with a relative and an absolute margin. Transients of a start (the profile run) and memory
+  given back by an exiting process are not counted.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..config import AnalysisConfig
+from .history import History
+from .lifecycle import Lifecycle
+from .trend import Trend, floor_trend, kept_floor, mann_kendall, theil_sen
 
 SHAPES = ("stable", "staircase", "ramp", "sawtooth", "spike", "idle")
 
@@ -29,204 +50,460 @@ class CurveVerdict:
     shape: str
     leak: bool = False
     leak_bytes_per_second: float = 0.0
-    leak_confidence: float = 0.0
-    leak_since: float | None = None  # time of the first counted rise
-    eta_seconds: float | None = None
-    steps: int = 0
-    regime_start: float | None = None  # end of warm-up (last dominant allocation)
+    leak_confidence: float = 0.0  # 1 - p of the trend test, 0 when no leak
+    leak_since: float | None = None  # first block whose floor rose
+    eta_seconds: float | None = None  # at the trend's rate
+    steps: int = 0  # rising blocks of the floor in the tested window
+    regime_start: float | None = None  # when the card started serving (end of its start)
     floor_bytes: float = 0.0
     peak_bytes: float = 0.0  # recent peak (what OOMs first)
     spike_height_bytes: float = 0.0
-    headroom_bytes: float = 0.0
+    headroom_bytes: float = 0.0  # capacity minus floor
     spike_risk: bool = False
     releases: int = 0
+    phase: str = "idle"
+    eta_lo_seconds: float | None = None  # at the slope's lower confidence bound (the later one)
+    urgent: bool = False  # the OOM projection is significant and inside the horizon
+    growth: str = ""  # "cache_growth" | "plateau" | "" (growth that is not a leak)
+    growth_bytes: float = 0.0
+    no_headroom: bool = False
+    window_s: float | None = None  # the window where the trend shows
+    why: str = ""  # the evidence in words
+    confirm_s: float | None = None  # how long GPUOOMImminent waits (None: a share of the ETA, see Analyzer)
 
 
-def _median(a) -> float:
-    """np.median costs ~20 us of overhead; the arrays here are usually a handful of values."""
-    n = len(a)
-    if n > 64:
-        return float(np.median(a))
-    v = sorted(a.tolist() if isinstance(a, np.ndarray) else a)
-    m = n // 2
-    return float(v[m]) if n % 2 else (v[m - 1] + v[m]) / 2.0
+def moved_floor(hist: History, last: CurveVerdict) -> float:
+    """How far the newest reading is from the floor of the last full verdict (a slow ramp adds up)."""
+    cur = hist.levels[0]._cur
+    return abs(cur[3] - last.floor_bytes) if cur is not None else 0.0
 
 
-def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
-    """Median of pairwise slopes: one odd step or outlier cannot swing the leak rate."""
-    n = len(x)
-    if n < 2:
-        return 0.0
-    i, j = np.triu_indices(n, 1)
-    dx = x[j] - x[i]
-    ok = dx > 0
-    if not ok.any():
-        return 0.0
-    return _median((y[j] - y[i])[ok] / dx[ok])
+def _idle(used: float, cap: float) -> CurveVerdict:
+    return CurveVerdict("idle", floor_bytes=used, peak_bytes=used, headroom_bytes=max(0.0, cap - used))
 
 
-def _fit_quality(x: np.ndarray, y: np.ndarray, slope: float) -> float:
-    """R^2 of the robust line: how well a steady rate explains the rises (0..1)."""
-    if len(x) < 3:
-        return 0.5
-    b = _median(y - slope * x)
-    res = y - (slope * x + b)
-    tot = np.sum((y - y.mean()) ** 2)
-    if tot <= 0:
-        return 0.0
-    return float(max(0.0, 1.0 - np.sum(res**2) / tot))
+class CardJudge:
+    """Per-card analysis state between evaluations (cached trends per window, recent transients)."""
 
-
-def evaluate(
-    t: np.ndarray,
-    mins: np.ndarray,
-    maxs: np.ndarray,
-    lasts: np.ndarray,
-    capacity: float,
-    cfg: AnalysisConfig,
-    budget_bytes: float | None = None,
-    not_before: float | None = None,
-) -> CurveVerdict:
-    """Judge a card from its bucketed history. `capacity` is what the card can hold (total - reserved);
-    `not_before`: the moment the engine first answered (its climb before that is warm-up)."""
-    n = len(t)
-    if n == 0:
-        return CurveVerdict("idle")
-    now = t[-1]
-    used_now = float(lasts[-1])
-    idle_bytes = cfg.idle_fraction * capacity
-    if n < 3:
-        return CurveVerdict("idle" if used_now < idle_bytes else "stable", floor_bytes=used_now, peak_bytes=used_now)
-
-    kept = np.minimum.accumulate(mins[::-1])[::-1]  # the kept floor
-    q = max(cfg.step_fraction * capacity, float(cfg.step_min_bytes))
-    rel = cfg.release_fraction * capacity
-
-    # Start of the current regime: after the card last sat idle (a server stopped and started again).
-    idle_idx = np.nonzero(maxs < idle_bytes)[0]
-    start = int(idle_idx[-1]) + 1 if len(idle_idx) else 0
-    if start >= n - 1:
-        return CurveVerdict("idle" if used_now < idle_bytes else "stable", floor_bytes=used_now, peak_bytes=used_now)
-
-    # Releases: memory given back (a drop of `rel` or more within a bucket or across a boundary).
-    prev_last = np.concatenate(([lasts[start]], lasts[start:-1]))
-    drop = np.maximum(prev_last, maxs[start:]) - lasts[start:]
-    rel_idx = np.nonzero(drop >= rel)[0] + start
-
-    # Only growth held for `hold_s`, and for a curve that gives memory back, only up to the last release:
-    # the cycle in progress has not had its chance to give back yet.
-    cut = int(np.searchsorted(t, now - cfg.hold_s, side="right")) - 1
-    if len(rel_idx):
-        # A cycle is in progress while we are within 1.5 periods of the last release (the period is
-        # the median gap between releases, or the rise before the first one).
-        rt = t[rel_idx]
-        period = _median(np.diff(rt)) if len(rt) >= 2 else float(rt[0] - t[start])
-        if now - rt[-1] < 1.5 * period:
-            cut = min(cut, int(rel_idx[-1]))
-    cut = max(cut, start)
-
-    # Kept rises: crossings of a `q` grid on the kept floor.
-    seg = kept[start : cut + 1]
-    lv = np.floor(seg / q)
-    ev = np.nonzero(np.diff(lv) > 0)[0] + 1
-    ev_sizes = seg[ev] - seg[ev - 1]
-    ev_t = t[start + ev]
-    regime_start_t = float(t[start])
-    regime_idx = start
-    if len(ev) >= 1:
-        big = int(np.argmax(ev_sizes))
-        others = np.concatenate((ev_sizes[:big], ev_sizes[big + 1 :]))
-        med = _median(others) if len(others) else 0.0
-        if ev_sizes[big] >= cfg.dominant_fraction * capacity and ev_sizes[big] >= cfg.dominant_factor * med:
-            regime_idx = start + int(ev[big])
-            regime_start_t = float(t[regime_idx])
-            ev, ev_sizes, ev_t = ev[big + 1 :], ev_sizes[big + 1 :], ev_t[big + 1 :]
-    # Growth before the engine answered is its start-up, never a leak.
-    if not_before is not None and len(ev):
-        keep = ev_t >= not_before
-        ev, ev_sizes, ev_t = ev[keep], ev_sizes[keep], ev_t[keep]
-    # Growth within the engine's own budget (KV pool, graphs) is never a leak.
-    if budget_bytes is not None and len(ev):
-        over = seg[ev] > budget_bytes
-        ev, ev_sizes, ev_t = ev[over], ev_sizes[over], ev_t[over]
-
-    rel_after = rel_idx[rel_idx > regime_idx]
-    floor_now = float(kept[cut])  # the level held for `hold_s` (for a sawtooth: its last trough)
-    leak = False
-    rate = 0.0
-    conf = 0.0
-    since = None
-    shape = "stable"
-    peak_ref = used_now
-
-    # 1. Sawtooth whose troughs rise: the kept floor at each release, plus the base before the first.
-    if len(rel_after) >= cfg.trough_min_rises:
-        tr_idx = np.concatenate(([min(regime_idx + 1, n - 1)], rel_after))
-        troughs = kept[tr_idx]
-        rises = np.diff(troughs)
-        k = cfg.trough_min_rises
-        if len(rises) >= k and np.all(rises[-k:] >= q):
-            sel = tr_idx[-(k + 4) :]
-            rate = theil_sen(t[sel], kept[sel])
-            if rate > 0:
-                leak = True
-                since = float(t[tr_idx[-(k + 1)]])
-                conf = min(1.0, (k + 1) / 5.0) * _fit_quality(t[sel], kept[sel], rate)
-                shape = "sawtooth"
-                peak_ref = float(maxs[rel_after[-2] :].max())
-
-    # 2. Staircase / ramp: a run of kept rises that is still going on.
-    if not leak and len(ev) >= cfg.leak_min_steps:
-        span = float(ev_t[-1] - ev_t[0])
-        gaps = np.diff(ev_t)
-        stale_after = max(cfg.leak_stale_factor * _median(gaps), cfg.leak_stale_min_s)
-        if span >= cfg.leak_min_span_s and (t[cut] - ev_t[-1]) <= stale_after:
-            pts_t = ev_t[-32:]
-            pts_y = seg[ev[-32:]]
-            rate = theil_sen(pts_t, pts_y)
-            if rate > 0:
-                leak = True
-                since = float(ev_t[0])
-                conf = min(1.0, len(ev) / 8.0) * _fit_quality(pts_t, pts_y, rate)
-                rising = np.diff(seg[ev[0] :]) > 0
-                shape = "staircase" if np.count_nonzero(rising) < 0.6 * len(rising) else "ramp"
-
-    # Transients: peaks above the floor that were given back (within the spike window, after warm-up).
-    w0 = max(regime_idx, int(np.searchsorted(t, now - cfg.spike_window_s)))
-    kept_next = np.concatenate((kept[w0 + 1 :], kept[-1:]))
-    excess = maxs[w0:] - kept_next
-    trans = excess >= cfg.transient_fraction * capacity
-    height = 0.0
-    duty = 0.0
-    if trans.any() and len(rel_after):
-        # Only excursions that ended (given back) are transients; the last bucket's may still be a step.
-        height = float(excess[:-1].max()) if len(excess) > 1 else 0.0
-        duty = np.count_nonzero(trans) / len(trans)
-    if leak and shape in ("staircase", "ramp") and len(rel_after) >= 2 and duty >= cfg.spike_duty_max:
-        shape = "sawtooth"  # the floor rises under a cycle: a leak hidden in a sawtooth
-    if not leak:
-        if len(rel_after) and height >= cfg.transient_fraction * capacity:
-            shape = "spike" if (duty < cfg.spike_duty_max or len(rel_after) < 2) else "sawtooth"
-        elif used_now < idle_bytes:
-            shape = "idle"
-    spike_risk = height > 0 and floor_now + height * (1.0 + cfg.spike_margin) >= capacity
-
-    eta = None
-    if leak and rate > 0:
-        eta = max(0.0, (capacity - max(peak_ref, used_now)) / rate)
-    return CurveVerdict(
-        shape=shape,
-        leak=leak,
-        leak_bytes_per_second=rate if leak else 0.0,
-        leak_confidence=round(conf, 3),
-        leak_since=since,
-        eta_seconds=eta,
-        steps=int(len(ev)),
-        regime_start=regime_start_t,
-        floor_bytes=floor_now,
-        peak_bytes=float(maxs[w0:].max()),
-        spike_height_bytes=height,
-        headroom_bytes=capacity - floor_now,
-        spike_risk=bool(spike_risk),
-        releases=int(len(rel_after)),
+    __slots__ = (
+        "cfg",
+        "trends",
+        "due",
+        "transients",
+        "releases",
+        "shape_prev",
+        "last",
+        "moved_t",
+        "start_due",
+        "start_v",
+        "full_t",
     )
+
+    def __init__(self, cfg: AnalysisConfig):
+        self.cfg = cfg
+        self.trends: dict[float, Trend] = {}
+        self.due: dict[float, float] = {}
+        self.transients: deque[tuple[float, float]] = deque()  # (t, height) of transients given back while serving
+        self.releases: deque[float] = deque()  # replaced by the card's lifecycle release times in judge()
+        self.shape_prev = "idle"
+        self.last: CurveVerdict | None = None  # the last verdict, reused while nothing moves
+        self.moved_t = -math.inf  # the last evaluation whose range of used bytes was not quiet
+        self.start_due = -math.inf  # the start's trend is re-tested this often (its span / trend_cadence)
+        self.start_v: Trend | None = None  # the start's last trend test
+        self.full_t = -math.inf  # the last full judgement
+
+    def reset(self) -> None:
+        self.trends.clear()
+        self.due.clear()
+        self.transients.clear()
+        self.start_due, self.start_v = -math.inf, None
+
+    # ---- pieces --------------------------------------------------------------------------------
+    def _transients(
+        self, now: float, t: np.ndarray, mn: np.ndarray, mx: np.ndarray, lc: Lifecycle, cap: float
+    ) -> float:
+        """Record the tallest transient given back in the recent scan; returns the tallest in the window."""
+        cfg = self.cfg
+        thr = max(cfg.transient_fraction * cap, float(cfg.transient_min_bytes))
+        exiting = lc.phase == "exiting" or (lc.exit_t is not None and now - lc.exit_t < cfg.exit_grace_s)
+        if len(t) >= 3 and not exiting and now - self.moved_t <= cfg.transient_scan_s:
+            i = int(np.searchsorted(t, now - cfg.transient_scan_s))
+            if lc.start_t is not None:
+                i = max(i, int(np.searchsorted(t, lc.start_t)))
+            if len(t) - i >= 3:
+                kept = kept_floor(mn[i:])
+                h = float(np.max(mx[i:-1] - kept[1:]))
+                if h >= thr:
+                    if h > lc.tallest:
+                        lc.tallest = h
+                    if lc.phase == "serving":
+                        self.transients.append((now, h))
+        while self.transients and now - self.transients[0][0] > cfg.spike_window_s:
+            self.transients.popleft()
+        return max((h for _, h in self.transients), default=0.0)
+
+    def _period(self) -> float:
+        r = self.releases
+        if len(r) < 2:
+            return 0.0
+        d = np.diff(np.fromiter(r, float))
+        return float(np.median(d))
+
+    def _min_rise(self, w: float, cap: float, floor: float) -> float:
+        """The least growth a window may call a leak: a settle step on short windows (the tail of graph capture
+        and warm-up is smaller), `leak_min_bytes` on windows of an hour and more (slow leaks are small); on a
+        nearly full card, a fifth of what is left is enough (the last gigabyte is what OOMs)."""
+        cfg = self.cfg
+        need = (
+            float(cfg.leak_min_bytes)
+            if w >= 3600
+            else max(float(cfg.leak_min_bytes), cfg.settle_fraction * cap, float(cfg.settle_min_bytes))
+        )
+        return min(need, max(float(cfg.trough_min_rise_bytes), cfg.headroom_share * (cap - floor)))
+
+    def _trends(
+        self, now: float, hist: History, since: float, cap: float, floor: float, lc: Lifecycle
+    ) -> tuple[Trend | None, Trend | None]:
+        """Re-test the windows that are due. (leak, levelled): the shortest window whose rise is a leak that
+        cache growth cannot explain, else the strongest rise that is not one (cache growth or a plateau)."""
+        cfg = self.cfg
+        period = self._period()
+        best = None
+        cache = None
+        for w in cfg.trend_windows_s:
+            if now - since < min(w, cfg.trend_min_span_s) or (w > cfg.trend_windows_s[0] and now - since < 0.5 * w):
+                self.trends.pop(w, None)
+                continue
+            if now >= self.due.get(w, -math.inf):
+                self.due[w] = now + max(cfg.trend_retest_min_s, w / cfg.trend_cadence)
+                ring = hist.pick(w)
+                tt, mm, _, _ = ring.since(max(since, now - w))
+                if len(tt) < cfg.trend_min_blocks:  # sampled too slowly for this window
+                    self.trends[w] = Trend(w, why_not="too few blocks", blocks=len(tt))
+                    self.due[w] = now + w / 2
+                    continue
+                self.trends[w] = floor_trend(tt, mm, w, cfg, min_block_s=period, min_rise=self._min_rise(w, cap, floor))
+            tr = self.trends.get(w)
+            if tr is None:
+                continue
+            if tr.leak and (not self._cache_like(tr, lc, cap) or self._outpaces(tr, now, cap)):
+                return tr, None
+            if tr.leak:
+                cache = cache or tr
+            elif tr.significant and (best is None or tr.rise_bytes > best.rise_bytes):
+                best = tr
+        return None, cache or best
+
+    # ---- the verdict ---------------------------------------------------------------------------
+    def judge(
+        self,
+        now: float,
+        hist: History,
+        lc: Lifecycle,
+        cap: float,
+        total: float,
+        engine_loading: bool,
+        moved: float = math.inf,
+    ) -> CurveVerdict:
+        """`moved`: the range of used bytes since the last evaluation. A serving card whose memory did not move,
+        whose last verdict was calm and whose trend windows are not due keeps that verdict (O(1))."""
+        cfg = self.cfg
+        if moved >= cfg.quiet_fraction * cap:
+            self.moved_t = now
+        last = self.last
+        if (
+            last is not None
+            and lc.phase == "serving"
+            and last.phase == "serving"
+            and not last.leak
+            and not last.spike_risk
+            and now - self.moved_t > cfg.transient_scan_s
+            and now - self.full_t < cfg.quiet_recheck_s
+            and moved_floor(hist, last) < cfg.quiet_fraction * cap
+        ):
+            return last
+        v = self._judge(now, hist, lc, cap, total, engine_loading)
+        self.last, self.full_t = v, now
+        return v
+
+    def _judge(
+        self, now: float, hist: History, lc: Lifecycle, cap: float, total: float, engine_loading: bool
+    ) -> CurveVerdict:
+        cfg = self.cfg
+        t, mn, mx, la = hist.arrays()
+        if len(t) == 0:
+            return _idle(0.0, cap)
+        used = float(la[-1])
+        self.releases = lc.release_times
+        if lc.phase == "idle":
+            self.reset()
+            return _idle(used, cap)
+        j = int(np.searchsorted(t, now - cfg.floor_window_s))
+        floor = float(mn[j:].min()) if j < len(t) else used
+        peak = float(mx[int(np.searchsorted(t, now - cfg.spike_window_s)) :].max())
+        tallest = self._transients(now, t, mn, mx, lc, cap)
+        headroom = max(0.0, cap - floor)
+        base: dict[str, Any] = dict(
+            floor_bytes=floor,
+            peak_bytes=peak,
+            headroom_bytes=headroom,
+            phase=lc.phase,
+            regime_start=lc.serving_since,
+            releases=len(self.releases),
+        )
+        spike_risk = False
+        if lc.phase == "serving" and tallest > 0:
+            margin = max(cfg.spike_margin * tallest, float(cfg.spike_margin_bytes))
+            spike_risk = floor + tallest + margin >= cap
+        base.update(spike_height_bytes=tallest, spike_risk=spike_risk)
+        cyclic = len(self.releases) >= 2 and now - self.releases[-1] < 3 * max(self._period(), cfg.floor_window_s)
+
+        if lc.phase == "starting":
+            return self._start_verdict(now, t, mn, lc, cap, total, used, floor, tallest, engine_loading, base)
+        if lc.phase != "serving":
+            return CurveVerdict(self.shape_prev if self.shape_prev != "idle" else "stable", **base)
+
+        since = lc.serving_since if lc.serving_since is not None else t[0]
+        if cyclic:
+            tv = self._troughs(now, t, mn, mx, lc, cap, base)
+            if tv is not None:
+                return tv
+        tr, levelled = self._trends(now, hist, since, cap, floor, lc)
+        shape = "sawtooth" if cyclic else ("spike" if tallest > 0 else "stable")
+        if (
+            tr is not None
+            and floor >= cfg.no_headroom_fraction * cap
+            and tr.rising_blocks < cfg.top_ramp_share * (tr.blocks - 1)
+            and not self._outpaces(tr, now, cap)
+        ):
+            # At the top, discrete steps are the allocator and late compiles filling the last of the card
+            # (it frees its cache before CUDA fails); a leak there shows as a ramp.
+            levelled, tr = tr, None
+        if tr is not None:
+            steps = tr.rising_blocks
+            ref = max(used, floor + tallest)
+            eta = max(0.0, (cap - ref) / tr.slope)
+            eta_lo = max(0.0, (cap - ref) / tr.slope_lo)
+            # A rise no taller than an excursion this server already made and gave back (its profile run, a
+            # big batch), with room left for that excursion, and young, may be a cycle's ramp: it pages once not.
+            within = (
+                tr.rise_bytes <= lc.tallest
+                and (tr.floor_bytes - tr.rise_bytes) + lc.tallest < cap
+                and tr.since is not None
+                and now - tr.since <= cfg.excursion_max_s
+            )
+            urgent = self._urgent(eta, eta_lo) and not within
+            if (
+                not urgent
+                and lc.kind is not None
+                and lc.budget is None
+                and (tr.window_s < cfg.load_follow_window_s or now - since < cfg.load_follow_window_s)
+            ):
+                # A server without a preallocated pool follows its load (a daily cycle rises for hours):
+                # short of an urgent projection, only growth that outlasts a whole day is a leak.
+                return self._levelled(tr, "plateau", floor, cap, shape, base)
+            lshape = "sawtooth" if cyclic else ("ramp" if steps >= cfg.ramp_share * (tr.blocks - 1) else "staircase")
+            self.shape_prev = lshape
+            why = (
+                f"the floor rose {tr.rise_bytes / 2**30:.2f} GiB over {tr.window_s / 60:.0f} min "
+                f"(Mann-Kendall z={tr.z:.1f}, Theil-Sen {tr.slope / 2**20:.2f} MiB/s, lower bound "
+                f"{tr.slope_lo / 2**20:.2f} MiB/s), spread over the window and not slowing"
+            )
+            return CurveVerdict(
+                lshape,
+                leak=True,
+                leak_bytes_per_second=tr.slope,
+                leak_confidence=round(min(1.0, 1 - 0.5 * math.erfc(tr.z / math.sqrt(2))), 4),
+                leak_since=tr.since,
+                eta_seconds=eta,
+                eta_lo_seconds=eta_lo,
+                steps=steps,
+                urgent=urgent,
+                window_s=tr.window_s,
+                why=why,
+                **base,
+            )
+        if levelled is not None and levelled.rise_bytes > 0:
+            kind = "cache_growth" if (levelled.leak or self._cache_like(levelled, lc, cap)) else "plateau"
+            return self._levelled(levelled, kind, floor, cap, shape, base)
+        self.shape_prev = shape
+        nh = floor >= cfg.no_headroom_fraction * cap
+        return CurveVerdict(shape, no_headroom=nh, **base)
+
+    def _troughs(
+        self, now: float, t: np.ndarray, mn: np.ndarray, mx: np.ndarray, lc: Lifecycle, cap: float, base: dict[str, Any]
+    ) -> CurveVerdict | None:
+        """A cycling card judged by its troughs: the least memory after each release, cycle over cycle.
+
+        Two rises in a row, each at least a settle step, whose projection (from the troughs' Theil-Sen rate and
+        the last cycle's peak) fills the card inside the horizon and soon compared with how long they have
+        risen, page; a warning without urgency needs Mann-Kendall significance over the troughs (>= 8)."""
+        cfg = self.cfg
+        # Troughs while serving: a start's climb and its profile spike are no cycle.
+        t_start = lc.serving_since if lc.serving_since is not None else float(t[0])
+        rel = [r for r in lc.release_times if r >= t_start and r >= t[0]]
+        if len(rel) < 2:
+            return None
+        edges = np.searchsorted(t, [t_start] + rel + [now + 1.0])
+        tt, ty, peaks = [], [], []
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            if b <= a:
+                continue
+            k = a + int(np.argmin(mn[a:b]))
+            tt.append(float(t[k]))
+            ty.append(float(mn[k]))
+            peaks.append(float(mx[a:b].max()))
+        if len(ty) < 3:
+            return None
+        y = np.asarray(ty)
+        x = np.asarray(tt) - tt[0]
+        rises = np.diff(y)
+        step = float(cfg.trough_min_rise_bytes)
+
+        slope, lo, _ = theil_sen(x[-8:], y[-8:], cfg.trend_ci_z)
+        _, z = mann_kendall(y)
+        urgent_shape = len(rises) >= 2 and bool(np.all(rises[-2:] >= step))
+        significant = len(y) >= cfg.trend_min_blocks and z >= cfg.trend_z and lo > 0
+        if slope <= 0 or not (urgent_shape or significant):
+            return None
+        ref = max(peaks[-2:])
+        eta = max(0.0, (cap - ref) / slope)
+        eta_lo = max(0.0, (cap - ref) / lo) if lo > 0 else math.inf
+        lasted = tt[-1] - tt[-3] if len(tt) >= 3 else 0.0
+        urgent = urgent_shape and self._urgent(eta, eta) and eta <= cfg.start_eta_ratio * max(lasted, 1e-9)
+        if not (urgent or significant):
+            return None
+        self.shape_prev = "sawtooth"
+        why = (
+            f"the troughs rose {len(rises)} cycle(s) running, {(y[-1] - y[0]) / 2**30:.1f} GiB in all, "
+            f"{slope / 2**20:.0f} MiB/s; the last peak {ref / cap:.0%} of the card"
+        )
+        return CurveVerdict(
+            "sawtooth",
+            leak=True,
+            leak_bytes_per_second=slope,
+            leak_since=tt[1],
+            leak_confidence=round(min(1.0, 1 - 0.5 * math.erfc(z / math.sqrt(2))), 4),
+            eta_seconds=eta,
+            eta_lo_seconds=eta_lo if math.isfinite(eta_lo) else None,
+            urgent=urgent or (significant and self._urgent(eta, eta_lo)),
+            steps=int(np.count_nonzero(rises > 0)),
+            why=why,
+            **base,
+        )
+
+    def _urgent(self, eta: float, eta_lo: float) -> bool:
+        """Significant and urgent: the ETA is inside the horizon once the confirmation it will get has run
+        (so the page lands with the horizon still ahead), and the slope's lower bound projects the OOM
+        inside twice the horizon (a rate that may well be far slower does not page)."""
+        cfg = self.cfg
+        wait = min(cfg.oom_for_max_s, cfg.oom_for_fraction * eta)
+        return eta <= cfg.oom_horizon_s + wait and eta_lo <= cfg.oom_bound_factor * cfg.oom_horizon_s
+
+    def _outpaces(self, tr: Trend, now: float, cap: float) -> bool:
+        """A sustained rise that would fill the card soon, both at its rate and at its lower bound, and soon
+        compared with how long it has risen (`cache_eta_ratio`): no cache, whatever its steps. The allocator's
+        high-water marks come with new request shapes, fewer and fewer, and level off with room to spare; a
+        rise made of many fine steps (the largest carries at most `cache_fine_step_share` of it and is smaller than
+        what the lifecycle calls a large allocation, `settle_fraction` of the card) that has kept its
+        pace and needs only a few times its own span more to reach the top is a leak that happens to step no
+        taller than a transient (fine steps from a high base), at the top of the card too."""
+        if not tr.leak or tr.since is None:
+            return False
+        cfg = self.cfg
+        if tr.max_step_bytes > min(
+            cfg.cache_fine_step_share * tr.rise_bytes, max(cfg.settle_fraction * cap, float(cfg.settle_min_bytes))
+        ):
+            return False  # a few large steps: the allocator's high-water marks may well stop at the next one
+        left = max(0.0, cap - tr.floor_bytes)
+        eta, eta_lo = left / tr.slope, left / tr.slope_lo
+        return self._urgent(eta, eta_lo) and eta <= cfg.cache_eta_ratio * max(now - tr.since, 0.0)
+
+    def _cache_like(self, tr: Trend, lc: Lifecycle, cap: float) -> bool:
+        """A handful of steps (in the window and since serving began), each no taller than the tallest transient
+        since the server started; sampled too slowly to have seen one, the count alone says it."""
+        cfg = self.cfg
+        if tr.rising_blocks > cfg.cache_steps_max or lc.hw_steps > cfg.cache_steps_max:
+            return False
+        if lc.tallest <= 0:
+            return True
+        big = lc.tallest * (1 + cfg.spike_margin)
+        return tr.rise_bytes <= cfg.cache_steps_max * big and tr.max_step_bytes <= big
+
+    def _levelled(
+        self, tr: Trend, kind: str, floor: float, cap: float, shape: str, base: dict[str, Any]
+    ) -> CurveVerdict:
+        nh = floor >= self.cfg.no_headroom_fraction * cap
+        self.shape_prev = shape
+        what = (
+            "in steps no larger than the largest transient so far (the caching allocator keeping freed blocks)"
+            if kind == "cache_growth"
+            else "and levelled off"
+        )
+        why = f"the floor rose {tr.rise_bytes / 2**30:.2f} GiB over {tr.window_s / 60:.0f} min {what}: {tr.why_not}"
+        return CurveVerdict(
+            shape, growth=kind, growth_bytes=tr.rise_bytes, no_headroom=nh, window_s=tr.window_s, why=why, **base
+        )
+
+    def _start_verdict(
+        self,
+        now: float,
+        t: np.ndarray,
+        mn: np.ndarray,
+        lc: Lifecycle,
+        cap: float,
+        total: float,
+        used: float,
+        floor: float,
+        tallest: float,
+        engine_loading: bool,
+        base: dict[str, Any],
+    ) -> CurveVerdict:
+        cfg = self.cfg
+        self.shape_prev = "stable"
+        t0 = lc.regime_t if lc.regime_t is not None else lc.start_t
+        graphs = max(cfg.graphs_fraction * total, float(cfg.graphs_min_bytes))
+        line = lc.regime_level + graphs if lc.regime_t is not None else 0.0
+        if lc.budget is not None:  # a known engine says where its start stops
+            line = max(line, lc.budget * total + graphs)
+        elif lc.kind is not None:  # a server without a declared budget: its start may fill the card
+            return CurveVerdict("stable", **base)
+        if engine_loading:  # the engine says it is still loading: its climb is its start, whatever the curve
+            return CurveVerdict("stable", **base)
+        if t0 is None or now - t0 < cfg.trend_min_span_s or floor <= line:
+            return CurveVerdict("stable", **base)
+        i = int(np.searchsorted(t, t0))
+        if now >= self.start_due or self.start_v is None:  # re-tested ~60 times over the start's span
+            self.start_due = now + max(cfg.trend_retest_min_s, (now - t0) / cfg.trend_cadence)
+            self.start_v = floor_trend(t[i:], mn[i:], now - t0, self.cfg)
+        tr = self.start_v
+        if not tr.leak:
+            return CurveVerdict("stable", **base)
+        ref = max(used, floor + tallest)
+        eta = max(0.0, (cap - ref) / tr.slope)
+        eta_lo = max(0.0, (cap - ref) / tr.slope_lo)
+        lasted = now - (tr.since if tr.since is not None else t0)
+        if not self._urgent(eta, eta_lo) or eta > cfg.start_eta_ratio * lasted:
+            return CurveVerdict("stable", **base)
+        steps = int(np.count_nonzero(np.diff(kept_floor(mn[i:])) > 0))
+        shape = "staircase" if steps < 0.6 * max(1, len(mn) - i) else "ramp"
+        self.shape_prev = shape
+        why = (
+            f"since its start the floor climbed {tr.rise_bytes / 2**30:.1f} GiB at {tr.slope / 2**20:.0f} MiB/s "
+            f"(Mann-Kendall z={tr.z:.1f}) past where a start stops, and is full in {eta:.0f} s"
+        )
+        return CurveVerdict(
+            shape,
+            leak=True,
+            leak_bytes_per_second=tr.slope,
+            leak_since=tr.since,
+            leak_confidence=round(min(1.0, 1 - 0.5 * math.erfc(tr.z / math.sqrt(2))), 4),
+            eta_seconds=eta,
+            eta_lo_seconds=eta_lo,
+            urgent=True,
+            window_s=now - t0,
+            why=why,
+            steps=steps,
+            confirm_s=0.0,
+            **base,
+        )  # the ETA-to-climb ratio was its confirmation

@@ -6,9 +6,17 @@ the alert `Condition` it raises. Advice names vLLM's own flags, because that is 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .alerts import Condition
+
+if TYPE_CHECKING:
+    from ..model import EngineSnapshot, ProcInfo
+    from .curve import CurveVerdict
+    from .imbalance import Imbalance
+    from .lifecycle import Lifecycle
 
 GiB = float(1 << 30)
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -37,25 +45,28 @@ class Finding:
     gpu: str | None
     pid: int | None
     summary: str
-    evidence: dict = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
     advice: str = ""
     severity: str = "warning"
     t: float | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("t")
         return d
 
 
-def _gpu_labels(gpu: str, uuid: str) -> tuple:
+def _gpu_labels(gpu: str, uuid: str) -> tuple[tuple[str, str], ...]:
     return (("gpu", gpu), ("uuid", uuid))
 
 
-def leak(gpu, uuid, name, v, capacity, total, t) -> tuple[Finding, Condition]:
+def leak(
+    gpu: str, uuid: str, name: str, v: CurveVerdict, capacity: float, total: float, t: float
+) -> tuple[Finding, Condition]:
     rate_mib = v.leak_bytes_per_second / (1 << 20)
-    where = "its troughs rise every cycle" if v.shape == "sawtooth" else f"in {v.steps} steps that were never given back"
-    summary = f"GPU {gpu}: memory keeps growing after warm-up ({v.shape}), {rate_mib:.0f} MiB/s {where}"
+    where = "its troughs rise every cycle" if v.shape == "sawtooth" else "and is never given back"
+    rate = f"{rate_mib:.0f} MiB/s" if rate_mib >= 1 else f"{v.leak_bytes_per_second * 3600 / (1 << 20):.0f} MiB/hour"
+    summary = f"GPU {gpu}: memory keeps growing after warm-up ({v.shape}), {rate} {where}"
     ev = {
         "shape": v.shape,
         "leak_bytes_per_second": round(v.leak_bytes_per_second, 1),
@@ -65,6 +76,10 @@ def leak(gpu, uuid, name, v, capacity, total, t) -> tuple[Finding, Condition]:
         "floor_bytes": int(v.floor_bytes),
         "capacity_bytes": int(capacity),
         "eta_seconds": None if v.eta_seconds is None else round(v.eta_seconds, 1),
+        "eta_at_lower_bound_seconds": None if v.eta_lo_seconds is None else round(v.eta_lo_seconds, 1),
+        "window_seconds": v.window_s,
+        "phase": v.phase,
+        "test": v.why,
     }
     advice = (
         "Memory outside the engine's preallocated pool is growing: that is the application or a library, not "
@@ -90,13 +105,17 @@ def leak(gpu, uuid, name, v, capacity, total, t) -> tuple[Finding, Condition]:
     return f, c
 
 
-def oom_imminent(gpu, uuid, name, v, capacity, horizon, t) -> tuple[Finding, Condition]:
+def oom_imminent(
+    gpu: str, uuid: str, name: str, v: CurveVerdict, capacity: float, horizon: float, t: float
+) -> tuple[Finding, Condition]:
+    # The analyzer pages only a verdict with an ETA (the latched page at the top says 0: full now).
+    eta = 0.0 if v.eta_seconds is None else v.eta_seconds
     summary = (
-        f"GPU {gpu}: at {v.leak_bytes_per_second / (1 << 20):.0f} MiB/s it is full in {duration(v.eta_seconds)} "
+        f"GPU {gpu}: at {v.leak_bytes_per_second / (1 << 20):.0f} MiB/s it is full in {duration(eta)} "
         f"({gib(capacity - max(v.peak_bytes, v.floor_bytes))} left)"
     )
     ev = {
-        "eta_seconds": round(v.eta_seconds, 1),
+        "eta_seconds": round(eta, 1),
         "horizon_seconds": horizon,
         "leak_bytes_per_second": round(v.leak_bytes_per_second, 1),
         "peak_used_bytes": int(v.peak_bytes),
@@ -110,15 +129,17 @@ def oom_imminent(gpu, uuid, name, v, capacity, horizon, t) -> tuple[Finding, Con
     c = Condition(
         "GPUOOMImminent",
         _gpu_labels(gpu, uuid),
-        f"GPU {gpu} ({name}) runs out of memory in {duration(v.eta_seconds)}",
+        f"GPU {gpu} ({name}) runs out of memory in {duration(eta)}",
         summary + ".",
-        v.eta_seconds,
-        v.eta_seconds,
+        eta,
+        eta,
     )
     return f, c
 
 
-def spike_risk(gpu, uuid, name, v, capacity, margin, t) -> tuple[Finding, Condition]:
+def spike_risk(
+    gpu: str, uuid: str, name: str, v: CurveVerdict, capacity: float, margin: float, t: float
+) -> tuple[Finding, Condition]:
     summary = (
         f"GPU {gpu}: transient peaks of {gib(v.spike_height_bytes)} above a floor of {gib(v.floor_bytes)}; "
         f"only {gib(v.headroom_bytes)} free, so one {int(margin * 100)}% taller OOMs"
@@ -145,7 +166,9 @@ def spike_risk(gpu, uuid, name, v, capacity, margin, t) -> tuple[Finding, Condit
     return f, c
 
 
-def stray(gpu, uuid, pid, info, held, why, t) -> tuple[Finding, Condition]:
+def stray(
+    gpu: str, uuid: str, pid: int, info: ProcInfo | None, held: float | None, why: str, t: float
+) -> tuple[Finding, Condition]:
     name = (info.name if info else "") or "?"
     cmd = " ".join(info.cmdline) if info and info.cmdline else name
     summary = f"GPU {gpu}: PID {pid} ({cmd}) holds {gib(held)} outside the served process tree ({why})"
@@ -173,7 +196,7 @@ def stray(gpu, uuid, pid, info, held, why, t) -> tuple[Finding, Condition]:
     return f, c
 
 
-def imbalance(imb, t) -> tuple[Finding, Condition]:
+def imbalance(imb: Imbalance, t: float) -> tuple[Finding, Condition]:
     if imb.kind == "idle_card":
         summary = (
             f"GPU {imb.high_gpu} is {imb.spread_fraction:.0%} full while GPU {imb.low_gpu} sits idle: "
@@ -215,7 +238,7 @@ def imbalance(imb, t) -> tuple[Finding, Condition]:
     return f, c
 
 
-def kv_pressure(snap, threshold, t) -> tuple[Finding, Condition]:
+def kv_pressure(snap: EngineSnapshot, threshold: float, t: float) -> tuple[Finding, Condition]:
     summary = (
         f"{snap.kind} at {snap.url}: KV cache {snap.kv_cache_usage_ratio:.0%} used with "
         f"{snap.requests_waiting or 0:.0f} requests waiting"
@@ -236,12 +259,18 @@ def kv_pressure(snap, threshold, t) -> tuple[Finding, Condition]:
     )
     f = Finding("kv_pressure", None, None, summary, ev, advice, "warning", t)
     labels = (("engine", snap.engine or ""), ("url", snap.url))
-    c = Condition("KVCachePressure", labels, f"KV cache nearly full on {snap.url}", summary + ".", None,
-                  snap.kv_cache_usage_ratio or 0.0)
+    c = Condition(
+        "KVCachePressure",
+        labels,
+        f"KV cache nearly full on {snap.url}",
+        summary + ".",
+        None,
+        snap.kv_cache_usage_ratio or 0.0,
+    )
     return f, c
 
 
-def telemetry_down(source: str, error: str | None, t) -> tuple[Finding, Condition]:
+def telemetry_down(source: str, error: str | None, t: float) -> tuple[Finding, Condition]:
     summary = f"source {source} is not answering: {error or 'no data'}"
     advice = (
         "oomwatch cannot see this source, so it cannot warn about it. For NVML: is the driver loaded and the "
@@ -253,12 +282,86 @@ def telemetry_down(source: str, error: str | None, t) -> tuple[Finding, Conditio
     return f, c
 
 
-def pids_invisible(pids, t) -> Finding:
+def pids_invisible(pids: Collection[int], t: float) -> Finding:
     """NVML reports host PIDs; a sidecar in its own PID namespace cannot describe them."""
-    summary = (f"NVML reports {len(pids)} process(es) holding GPU memory that this PID namespace cannot see "
-               f"(PIDs {', '.join(map(str, sorted(pids)[:5]))}): strays and the served tree cannot be told apart")
-    advice = ("NVML reports host PIDs. Run oomwatch in the host's PID namespace: `docker run --pid=host ...`; in "
-              "Kubernetes as a node-wide DaemonSet with `hostPID: true` (deploy/kubernetes/daemonset.yaml). As a "
-              "sidecar with `shareProcessNamespace: true` it sees the server's processes but cannot map NVML's "
-              "host PIDs to them; the memory curves and alerts still work.")
+    summary = (
+        f"NVML reports {len(pids)} process(es) holding GPU memory that this PID namespace cannot see "
+        f"(PIDs {', '.join(map(str, sorted(pids)[:5]))}): strays and the served tree cannot be told apart"
+    )
+    advice = (
+        "NVML reports host PIDs. Run oomwatch in the host's PID namespace: `docker run --pid=host ...`; in "
+        "Kubernetes as a node-wide DaemonSet with `hostPID: true` (deploy/kubernetes/daemonset.yaml). As a "
+        "sidecar with `shareProcessNamespace: true` it sees the server's processes but cannot map NVML's "
+        "host PIDs to them; the memory curves and alerts still work."
+    )
     return Finding("pids_invisible", None, None, summary, {"pids": sorted(pids)}, advice, "info", t)
+
+
+def start_does_not_fit(
+    gpu: str, uuid: str, lc: Lifecycle, peak: float, capacity: float, total: float, t: float
+) -> Finding:
+    """The server climbed to the card's limit during its start and its process died: it does not fit."""
+    kind = lc.kind or "the server"
+    summary = (
+        f"GPU {gpu}: {kind} reached {gib(peak)} of {gib(capacity)} while starting and its process exited "
+        "before it served: the start does not fit on this card"
+    )
+    ev = {
+        "peak_used_bytes": int(peak),
+        "capacity_bytes": int(capacity),
+        "engine": lc.kind,
+        "budget_fraction": lc.budget,
+        "start_seconds": None if lc.start_t is None else round(t - lc.start_t, 1),
+    }
+    advice = (
+        "Give the start room: lower --gpu-memory-utilization (vLLM; SGLang: --mem-fraction-static) so weights, "
+        "KV pool and CUDA graphs fit under the card, cap --max-model-len (a smaller KV pool and profile run), "
+        "or spread the model over more cards with --tensor-parallel-size."
+    )
+    return Finding("start_does_not_fit", gpu, None, summary, ev, advice, "warning", t)
+
+
+def growth(gpu: str, v: CurveVerdict, capacity: float, t: float) -> Finding:
+    """Growth that levelled off: the caching allocator's high-water marks, a late compile, a plateau."""
+    if v.growth == "cache_growth":
+        summary = (
+            f"GPU {gpu}: the floor rose {gib(v.growth_bytes)} in a few steps and levelled off: PyTorch's "
+            "caching allocator keeping freed activation memory, not a leak"
+        )
+        advice = (
+            "Nothing to fix: the cache is reused and given back to new requests before CUDA fails. To keep "
+            "more headroom, lower --max-num-batched-tokens or --max-num-seqs (smaller activations), or set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+        )
+    else:
+        summary = f"GPU {gpu}: the floor rose {gib(v.growth_bytes)} and levelled off (a plateau, not a leak)"
+        advice = "Nothing to fix while it stays flat; oomwatch keeps testing the trend at longer windows."
+    ev = {
+        "growth_bytes": int(v.growth_bytes),
+        "floor_bytes": int(v.floor_bytes),
+        "capacity_bytes": int(capacity),
+        "window_seconds": v.window_s,
+        "test": v.why,
+    }
+    return Finding(v.growth or "plateau", gpu, None, summary, ev, advice, "info", t)
+
+
+def no_headroom(gpu: str, v: CurveVerdict, capacity: float, t: float) -> Finding:
+    free = gib(capacity - v.floor_bytes)
+    summary = (
+        f"GPU {gpu}: the floor sits at {v.floor_bytes / capacity:.1%} of the card ({free}"
+        " free) after a climb: no headroom left for a transient larger than the allocator's cache"
+    )
+    ev = {
+        "floor_bytes": int(v.floor_bytes),
+        "capacity_bytes": int(capacity),
+        "headroom_bytes": int(v.headroom_bytes),
+        "growth_bytes": int(v.growth_bytes),
+        "spike_height_bytes": int(v.spike_height_bytes),
+    }
+    advice = (
+        "Not a page by itself: PyTorch frees its cache and retries before CUDA reports out-of-memory. A leak "
+        "under a warm cache is invisible here until the cache is used up; the allocator probe "
+        "(OOMWATCH_PROBE_DIR) sees live tensors. For more room lower --gpu-memory-utilization."
+    )
+    return Finding("no_headroom", gpu, None, summary, ev, advice, "info", t)

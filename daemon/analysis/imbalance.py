@@ -59,13 +59,13 @@ def find_imbalance(cards: list[CardLoad], spread_fraction: float, busy_fraction:
     idle = [c for c in cards if c.idle]  # a CUDA context alone (< 1% of the card) is still idle
     full = [c for c in cards if not c.idle and c.used_bytes / c.capacity_bytes >= busy_fraction]
     if idle and full:
-        hi = max(full, key=lambda c: c.used_bytes / c.capacity_bytes)
+        top = max(full, key=lambda c: c.used_bytes / c.capacity_bytes)
         out.append(
             Imbalance(
                 "idle_card",
                 tuple(c.gpu for c in full + idle),
-                hi.used_bytes / hi.capacity_bytes,
-                hi.gpu,
+                top.used_bytes / top.capacity_bytes,
+                top.gpu,
                 idle[0].gpu,
             )
         )

@@ -1,0 +1,179 @@
+"""Is the floor rising, significantly and for good? Mann-Kendall and Theil-Sen on block minima.
+
+A leak is memory that is kept, so the test runs on the *floor*: the window is cut into blocks and each
+block contributes its minimum (transients and cycles shorter than a block drop out; a sawtooth judged
+with blocks at least one cycle long is judged by its troughs). On those minima:
+
+- Mann-Kendall (Kendall's tau against time) says whether they rise monotonically more than chance
+  would. Minima of adjacent blocks are autocorrelated and a flat floor is full of ties, so the test runs
+  on few aggregated blocks (<= `trend_blocks`), uses the tie-corrected variance, and a strict alpha
+  (`trend_z`, one-sided p < 0.001).
+- Theil-Sen gives the slope (median of pairwise slopes: one odd step cannot swing it) and its confidence
+  interval from the same Kendall statistic (Sen 1968): the lower bound is what the page trusts.
+- Monotone is not enough: a single step up (a new allocator high-water mark) is monotone too. Growth is
+  *sustained* only when it is spread over the window (no single block-to-block rise carries more than
+  `trend_step_share` of it), still present in the last third, and not decelerating (the second half's
+  slope at least `trend_decel` of the first half's). Growth that fails these levelled off: cache growth
+  or a plateau, never a leak.
+
+Own vectorised versions rather than scipy.stats.kendalltau/theilslopes: on <= 48 points they give the
+same numbers (tests/test_trend.py checks against scipy) at a fraction of the cost (bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+_PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    p = _PAIRS.get(n)
+    if p is None:
+        p = _PAIRS[n] = np.triu_indices(n, 1)
+    return p
+
+
+def _var_s(y: np.ndarray) -> float:
+    """Variance of Kendall's S under no trend, corrected for ties (groups of equal values)."""
+    n = len(y)
+    ys = np.sort(y)
+    edges = np.flatnonzero(ys[1:] != ys[:-1])
+    if len(edges) == n - 1:  # no ties
+        return n * (n - 1) * (2 * n + 5) / 18.0
+    counts = np.diff(np.concatenate(([-1], edges, [n - 1]))).astype(float)
+    return (n * (n - 1) * (2 * n + 5) - float(np.dot(counts * (counts - 1), 2 * counts + 5))) / 18.0
+
+
+def mann_kendall(y: np.ndarray, var: float | None = None) -> tuple[float, float]:
+    """(S, z): Kendall's S of y against its order and its normal score, ties corrected, continuity corrected."""
+    n = len(y)
+    if n < 3:
+        return 0.0, 0.0
+    i, j = _pairs(n)
+    s = float(np.sign(y[j] - y[i]).sum())
+    if var is None:
+        var = _var_s(y)
+    if var <= 0:
+        return s, 0.0
+    z = (s - 1) / math.sqrt(var) if s > 0 else ((s + 1) / math.sqrt(var) if s < 0 else 0.0)
+    return s, z
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96, var: float | None = None) -> tuple[float, float, float]:
+    """(slope, lo, hi): median pairwise slope and its confidence interval at normal score `z` (Sen 1968)."""
+    n = len(x)
+    if n < 2:
+        return 0.0, 0.0, 0.0
+    i, j = _pairs(n)
+    dx = x[j] - x[i]
+    ok = dx > 0
+    sl = np.sort((y[j] - y[i])[ok] / dx[ok])
+    m = len(sl)
+    if m == 0:
+        return 0.0, 0.0, 0.0
+    slope = float(sl[(m - 1) // 2] + sl[m // 2]) / 2.0  # the median (sl is sorted)
+    if var is None:
+        var = _var_s(y)
+    c = z * math.sqrt(max(var, 0.0))
+    lo_i = int(max(0, math.floor((m - c) / 2.0) - 1))
+    hi_i = int(min(m - 1, math.ceil((m + c) / 2.0)))
+    return slope, float(sl[lo_i]), float(sl[hi_i])
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """The floor over one window: whether it rises for good, how fast, and why not if not."""
+
+    window_s: float
+    significant: bool = False  # Mann-Kendall
+    sustained: bool = False  # spread, still going, not decelerating
+    slope: float = 0.0  # bytes/s (Theil-Sen)
+    slope_lo: float = 0.0  # lower confidence bound
+    rise_bytes: float = 0.0  # last block minimum minus first
+    since: float | None = None  # first block whose minimum rose
+    z: float = 0.0
+    why_not: str = ""  # "one step", "levelled off", "decelerating", "not significant", ...
+    floor_bytes: float = 0.0  # the last block's minimum
+    blocks: int = 0
+    max_step_bytes: float = 0.0  # the largest block-to-block rise
+    rising_blocks: int = 0  # blocks whose minimum rose over the previous one
+
+    @property
+    def leak(self) -> bool:
+        return self.significant and self.sustained and self.slope_lo > 0
+
+
+def block_minima(
+    t: np.ndarray, mins: np.ndarray, blocks: int, min_block_s: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(block end times, block minima) over `blocks` equal-time blocks (fewer if `min_block_s` says so)."""
+    n = len(t)
+    if n == 0:
+        return t[:0], mins[:0]
+    span = float(t[-1] - t[0])
+    if min_block_s > 0 and span > 0:
+        blocks = min(blocks, int(span // min_block_s))
+    blocks = max(1, min(blocks, n))
+    edges = np.searchsorted(t, t[0] + span * np.arange(blocks) / blocks, side="left")
+    if blocks > 1:
+        keep = np.empty(len(edges), dtype=bool)
+        keep[0] = True
+        np.not_equal(edges[1:], edges[:-1], out=keep[1:])
+        edges = edges[keep]  # sorted already: dropping repeats is np.unique without its sort
+    ends = np.empty(len(edges), dtype=np.intp)
+    ends[:-1] = edges[1:] - 1
+    ends[-1] = n - 1
+    return t[ends], np.minimum.reduceat(mins, edges)
+
+
+def floor_trend(
+    t: np.ndarray, mins: np.ndarray, window_s: float, cfg: Any, min_block_s: float = 0.0, min_rise: float = 0.0
+) -> Trend:
+    """Judge the floor of (t, mins) (already cut to the window) with the statistics above."""
+    bt, by = block_minima(t, mins, cfg.trend_blocks, min_block_s)
+    n = len(by)
+    if n < cfg.trend_min_blocks:
+        return Trend(window_s, why_not="too few blocks", blocks=n, floor_bytes=float(by[-1]) if n else 0.0)
+    rise = float(by[-1] - by[0])
+    var = _var_s(by)
+    _, z = mann_kendall(by, var)
+    up = np.diff(by)
+    base: dict[str, Any] = dict(
+        window_s=window_s,
+        z=round(z, 2),
+        rise_bytes=rise,
+        floor_bytes=float(by[-1]),
+        blocks=n,
+        max_step_bytes=float(up.max()),
+        rising_blocks=int(np.count_nonzero(up > 0)),
+    )
+    if z < cfg.trend_z or rise <= 0:
+        return Trend(**base, why_not="not significant")
+    if rise < min_rise:
+        return Trend(**base, why_not="too small")
+    x = bt - bt[0]
+    slope, lo, _ = theil_sen(x, by, cfg.trend_ci_z, var)
+    first = int(np.argmax(up > 0))
+    since = float(bt[first])
+    base.update(significant=True, slope=slope, slope_lo=lo, since=since)
+    if float(up.max()) > cfg.trend_step_share * rise:
+        return Trend(**base, why_not="one step")
+    third = n - max(2, n // 3)
+    if float(by[-1] - by[third]) < cfg.trend_late_share * rise:
+        return Trend(**base, why_not="levelled off")
+    h = n // 2
+    r1 = float(by[h] - by[0]) / max(x[h] - x[0], 1e-9)
+    r2 = float(by[-1] - by[h]) / max(x[-1] - x[h], 1e-9)
+    if r1 > 0 and r2 < cfg.trend_decel * r1:
+        return Trend(**base, why_not="decelerating")
+    return Trend(**base, sustained=True)
+
+
+def kept_floor(mins: np.ndarray) -> np.ndarray:
+    """For each bucket, the least memory held from it until now (suffix minimum): what was never given back."""
+    return np.minimum.accumulate(mins[::-1])[::-1]

@@ -1,0 +1,53 @@
+"""The trend statistics against scipy's, and the rules that keep a step or a plateau from being a leak."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from daemon.analysis.trend import floor_trend, mann_kendall, theil_sen
+from daemon.config import AnalysisConfig
+
+CFG = AnalysisConfig()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mann_kendall_and_theil_sen_match_scipy(seed):
+    rng = np.random.default_rng(seed)
+    x = np.arange(32.0)
+    y = np.round(0.3 * x + rng.normal(0, 2, 32))  # rounded: ties, as a floor in MiB has
+    s, z = mann_kendall(y)
+    tau = stats.kendalltau(x, y)  # tau-b; S = tau * sqrt((n0 - n1) * (n0 - n2)) with n1 = 0 (x has no ties)
+    n0 = 32 * 31 / 2
+    _, counts = np.unique(y, return_counts=True)
+    n2 = float(np.sum(counts * (counts - 1) / 2))
+    assert s == pytest.approx(tau.statistic * np.sqrt(n0 * (n0 - n2)), abs=1e-6)
+    slope, lo, hi = theil_sen(x, y)
+    ref = stats.theilslopes(y, x, 0.95)
+    assert slope == pytest.approx(ref.slope)
+    assert lo == pytest.approx(ref.low_slope, abs=0.05) and hi == pytest.approx(ref.high_slope, abs=0.05)
+
+
+def test_a_plateau_and_a_decelerating_rise_are_not_leaks():
+    t = np.arange(0, 600, 1.0)
+    plateau = 50e9 + np.minimum(t, 200) * 1e7  # grows for 200 s, then flat for 400
+    tr = floor_trend(t, plateau, 600, CFG)
+    assert tr.significant and not tr.leak and tr.why_not == "levelled off"
+    for decel in (50e9 + 2e9 * np.log1p(t / 20), 50e9 + 2e9 * np.log1p(t / 60)):  # allocator-like: slowing down
+        tr = floor_trend(t, decel, 600, CFG)
+        assert tr.significant and not tr.leak and tr.why_not in ("decelerating", "levelled off")
+
+
+def test_noise_without_trend_is_not_significant():
+    rng = np.random.default_rng(7)
+    t = np.arange(0, 3600, 1.0)
+    y = 60e9 + rng.integers(0, 64, len(t)) * (2 << 20)  # 2 MiB granules of noise
+    assert not floor_trend(t, y, 3600, CFG).significant
+
+
+def test_block_minima_judge_a_sawtooth_by_its_troughs():
+    t = np.arange(0, 600, 0.5)
+    saw = 30e9 + (t % 30) * 1e9  # a 30 s cycle, bounded
+    assert not floor_trend(t, saw, 600, CFG, min_block_s=30).leak
+    rising = saw + (t // 30) * 0.2e9  # troughs up 200 MB a cycle
+    tr = floor_trend(t, rising, 600, CFG, min_block_s=30)
+    assert tr.leak and tr.slope == pytest.approx(0.2e9 / 30, rel=0.1)
