@@ -3,7 +3,7 @@
 import pytest
 
 from daemon.sources.nvml import NvmlSource, NvmlUnavailable
-from fake_nvml import FakeNvml, NVML_VALUE_NOT_AVAILABLE
+from fake_nvml import NVML_VALUE_NOT_AVAILABLE, FakeNvml
 
 
 def test_reads_v2_memory_and_processes():
@@ -62,6 +62,95 @@ def test_daemon_never_imports_torch():
     import subprocess
     import sys
 
-    code = ("import sys, daemon.cli, daemon.sampler, daemon.sources.nvml, exporters.metrics;"
-            "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','cupy')]; print(bad); sys.exit(bool(bad))")
+    code = (
+        "import sys, daemon.cli, daemon.sampler, daemon.sources.nvml, exporters.metrics;"
+        "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','cupy')]; print(bad); sys.exit(bool(bad))"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ---- MIG -----------------------------------------------------------------------------------------------
+def _mig_card(nv, i=0):
+    nv.cards[i]["mig"] = [
+        {
+            "gi": 1,
+            "ci": 0,
+            "name": "NVIDIA H200 MIG 3g.71gb",
+            "uuid": "MIG-aaaa",
+            "total": 71 << 30,
+            "used": 60 << 30,
+            "procs": [(4242, 59 << 30)],
+        },
+        {
+            "gi": 2,
+            "ci": 0,
+            "name": "NVIDIA H200 MIG 1g.18gb",
+            "uuid": "MIG-bbbb",
+            "total": 18 << 30,
+            "used": 2 << 30,
+            "procs": [],
+        },
+    ]
+
+
+def test_mig_instances_are_watched_each_with_its_own_memory_and_labels():
+    from daemon.sources.nvml import MIG_INDEX_BASE
+
+    nv = FakeNvml(cards=2)
+    _mig_card(nv, 0)
+    src = NvmlSource(lib=nv)
+    gpus = src.open()
+    assert [(g.index, g.uuid, g.mig_parent, g.mig_instance) for g in gpus] == [
+        (MIG_INDEX_BASE, "MIG-aaaa", 0, "gi1/ci0"),
+        (MIG_INDEX_BASE + 1, "MIG-bbbb", 0, "gi2/ci0"),
+        (1, "GPU-fake-1", None, None),
+    ]
+    assert gpus[0].total_bytes == 71 << 30 and "3g.71gb" in gpus[0].name
+    s = src.read()
+    by = {g.index: g for g in s.gpus}
+    assert by[MIG_INDEX_BASE].used_bytes == 60 << 30 and by[MIG_INDEX_BASE].procs == ((4242, 59 << 30),)
+    assert by[MIG_INDEX_BASE + 1].used_bytes == 2 << 30 and by[MIG_INDEX_BASE].util_percent is None
+    assert src.status.up  # a MIG instance without utilisation is not a lost card
+
+
+def test_mig_instance_near_its_own_limit_is_judged_against_it():
+    """60 of 71 GB in the instance is 85 % full, although the card is at 43 %: the analysis sees the instance."""
+    from daemon.analysis.analyzer import Analyzer
+    from daemon.model import Sample
+
+    nv = FakeNvml(cards=1)
+    _mig_card(nv)
+    src = NvmlSource(lib=nv)
+    a = Analyzer(src.open())
+    for k in range(30):
+        a.add_sample(Sample(k * 0.1, src.read(k * 0.1).gpus))
+    assert a.gpus[1000].capacity_bytes == 71 << 30
+    assert not [f for f in a.summary()["findings"] if f["kind"] == "mig_unreadable"]
+
+
+@pytest.mark.parametrize(
+    "fail,why",
+    [
+        (("nvmlDeviceGetMaxMigDeviceCount", 0), "Insufficient Permissions"),
+        (("nvmlDeviceGetMigDeviceHandleByIndex", 0), "Insufficient Permissions"),
+        (None, "no MIG instance is created"),
+    ],
+)
+def test_mig_unreadable_falls_back_to_the_card_and_says_why(fail, why):
+    from daemon.analysis.analyzer import Analyzer
+    from daemon.model import Sample
+
+    nv = FakeNvml(cards=1)
+    nv.cards[0]["mig"] = [] if fail is None else nv.cards[0].get("mig", [])
+    if fail is not None:
+        _mig_card(nv)
+        nv.fail[fail] = 4
+    src = NvmlSource(lib=nv)
+    gpus = src.open()
+    assert len(gpus) == 1 and gpus[0].index == 0 and gpus[0].mig and why in gpus[0].mig_note
+    a = Analyzer(gpus)
+    for k in range(30):  # past the analysis' first evaluations
+        a.add_sample(Sample(k * 0.1, src.read(k * 0.1).gpus))
+    fs = [f for f in a.summary()["findings"] if f["kind"] == "mig_unreadable"]
+    assert len(fs) == 1 and why in fs[0]["summary"] and fs[0]["severity"] == "info"
+    assert "NVIDIA_MIG_MONITOR_DEVICES" in fs[0]["advice"]

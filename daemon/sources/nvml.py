@@ -6,29 +6,39 @@ lost card reads as None values and `source_up{source="nvml"} 0`, and the daemon 
 
 Memory comes from `nvmlDeviceGetMemoryInfo_v2` (its `used` excludes the driver's reserved memory; v1 counts
 it as used, 645 MB on an idle H200), falling back to v1 where the driver lacks v2. MIG: with MIG mode on,
-the parent card's numbers are reported and the card is marked `mig`; per-instance memory is not read.
+each MIG instance NVML lets us open is watched as a card of its own (its memory is its
+own: a server in a 3g.71gb instance runs out at 71 GB whatever the card holds), indexed
+`MIG_INDEX_BASE * (card + 1) + n` so it never collides with a card index, named and identified by the
+instance (`... MIG 3g.71gb`, `MIG-...` UUID, `mig_instance` "gi1/ci0"). Where the instances cannot be read
+(no permission inside a container, an old driver, no instance created), the whole card is watched and
+`GpuInfo.mig_note` says why, which the analysis reports as a finding.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
+from ..errors import NvmlUnavailable  # one line for the user; defined with the other user errors
 from ..model import GpuInfo, GpuSample, Sample, SourceStatus
 
 log = logging.getLogger("oomwatch.nvml")
 
 
-class NvmlUnavailable(RuntimeError):
-    """NVML cannot be started (no driver, no library, no GPU); the message is one line for the user."""
+MIG_INDEX_BASE = 1000  # MIG instance n of card c is watched as index 1000 * (c + 1) + n
+
+
+def _text(v: Any) -> Any:
+    return v.decode() if isinstance(v, bytes) else v
 
 
 class NvmlSource:
     name = "nvml"
 
-    def __init__(self, lib=None):
+    def __init__(self, lib: Any = None):  # the pynvml module (untyped) or a stand-in with its functions
         self._lib = lib
-        self._handles: list = []
+        self._handles: list[Any] = []  # NVML device handles, opaque
         self.gpus: tuple[GpuInfo, ...] = ()
         self.errors: dict[int, str] = {}
         self._missing: set[str] = set()
@@ -37,7 +47,7 @@ class NvmlSource:
         self.status = SourceStatus("nvml", False, "not started")
 
     # One query function: NVML errors and sentinels become None here and nowhere else.
-    def _q(self, fn_name: str, *args, gpu: int | None = None):
+    def _q(self, fn_name: str, *args: Any, gpu: int | None = None) -> Any:
         nv = self._lib
         fn = getattr(nv, fn_name, None)
         if fn is None:
@@ -64,37 +74,93 @@ class NvmlSource:
             nv.nvmlInit()
             count = nv.nvmlDeviceGetCount()
         except nv.NVMLError as e:
-            raise NvmlUnavailable(f"NVML is not available here ({e}); use --replay TRACE to run without a GPU") from None
+            raise NvmlUnavailable(
+                f"NVML is not available here ({e}); use --replay TRACE to run without a GPU"
+            ) from None
         if count == 0:
             raise NvmlUnavailable("NVML found no GPU; use --replay TRACE to run without a GPU")
         drv = self._q("nvmlSystemGetDriverVersion")
         self.driver = drv.decode() if isinstance(drv, bytes) else drv
         infos = []
+        handles = []
         for i in range(count):
             h = nv.nvmlDeviceGetHandleByIndex(i)
-            self._handles.append(h)
-            name = self._q("nvmlDeviceGetName", h, gpu=i) or "GPU"
-            uuid = self._q("nvmlDeviceGetUUID", h, gpu=i) or f"GPU-index-{i}"
+            name = _text(self._q("nvmlDeviceGetName", h, gpu=i)) or "GPU"
+            uuid = _text(self._q("nvmlDeviceGetUUID", h, gpu=i)) or f"GPU-index-{i}"
             mem = self._q("nvmlDeviceGetMemoryInfo", h, gpu=i)
             mig = self._q("nvmlDeviceGetMigMode", h, gpu=i)
-            infos.append(
-                GpuInfo(
+            mig_on = bool(mig and mig[0] == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
+            parent = GpuInfo(i, name, uuid, int(mem.total) if mem is not None else 0, mig_on)
+            if mig_on:
+                instances, why = self._mig_instances(h, i, name)
+                if instances:
+                    for mh, info in instances:
+                        handles.append(mh)
+                        infos.append(info)
+                        log.info(
+                            "GPU %d MIG instance %s (%s) watched as GPU %d", i, info.mig_instance, info.name, info.index
+                        )
+                    continue
+                parent = GpuInfo(i, name, uuid, parent.total_bytes, True, mig_note=why)
+                log.warning(
+                    "GPU %d has MIG mode on but its instances cannot be read (%s): oomwatch watches the whole card",
                     i,
-                    name.decode() if isinstance(name, bytes) else name,
-                    uuid.decode() if isinstance(uuid, bytes) else uuid,
-                    int(mem.total) if mem is not None else 0,
-                    bool(mig and mig[0] == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1)),
+                    why,
                 )
-            )
+            handles.append(h)
+            infos.append(parent)
+        self._handles = handles
         self.errors.clear()
         self.gpus = tuple(infos)
-        for g in self.gpus:
-            if g.mig:
-                log.warning("GPU %d has MIG mode on: oomwatch reports the whole card's memory, not each MIG "
-                            "instance's", g.index)
         return self.gpus
 
-    def _memory(self, h, i):
+    def _mig_instances(self, h: Any, i: int, parent_name: str) -> tuple[list[tuple[Any, GpuInfo]], str | None]:
+        """([(handle, GpuInfo)] of the card's MIG instances, or [] and why they cannot be read)."""
+        nv = self._lib
+        if not hasattr(nv, "nvmlDeviceGetMigDeviceHandleByIndex"):
+            return [], "these NVML bindings have no MIG device calls (upgrade nvidia-ml-py)"
+        try:
+            n = nv.nvmlDeviceGetMaxMigDeviceCount(h)
+        except nv.NVMLError as e:
+            return [], f"nvmlDeviceGetMaxMigDeviceCount: {e}"
+        out, errors = [], []
+        for k in range(int(n or 0)):
+            try:
+                mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+            except nv.NVMLError as e:
+                if "Not Found" not in str(e):  # an empty slot is not an error
+                    errors.append(str(e))
+                continue
+            try:
+                mem = nv.nvmlDeviceGetMemoryInfo(mh)
+            except nv.NVMLError as e:
+                errors.append(f"memory of MIG device {k}: {e}")
+                continue
+            gi = self._q("nvmlDeviceGetGpuInstanceId", mh)
+            ci = self._q("nvmlDeviceGetComputeInstanceId", mh)
+            name = _text(self._q("nvmlDeviceGetName", mh)) or f"{parent_name} MIG"
+            uuid = _text(self._q("nvmlDeviceGetUUID", mh)) or f"MIG-index-{i}-{k}"
+            out.append(
+                (
+                    mh,
+                    GpuInfo(
+                        MIG_INDEX_BASE * (i + 1) + k,
+                        name,
+                        uuid,
+                        int(mem.total),
+                        True,
+                        mig_parent=i,
+                        mig_instance=f"gi{gi}/ci{ci}" if gi is not None else f"mig{k}",
+                    ),
+                )
+            )
+        if out:
+            return out, None
+        if errors:
+            return [], errors[0]
+        return [], "no MIG instance is created on it (nvidia-smi mig -cgi ... -C)"
+
+    def _memory(self, h: Any, i: int) -> tuple[int | None, int | None, int | None]:
         nv = self._lib
         if -1 not in self._v1_only and i not in self._v1_only and hasattr(nv, "nvmlMemory_v2"):
             try:
@@ -113,7 +179,7 @@ class NvmlSource:
             return None, None, None
         return m.used, m.free, None
 
-    def _procs(self, h, i) -> tuple[tuple[int, int | None], ...]:
+    def _procs(self, h: Any, i: int) -> tuple[tuple[int, int | None], ...]:
         na = getattr(self._lib, "NVML_VALUE_NOT_AVAILABLE", None)
         seen: dict[int, int | None] = {}
         for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
@@ -130,18 +196,27 @@ class NvmlSource:
         t0 = time.perf_counter()
         self.errors.clear()
         out = []
-        for i, h in enumerate(self._handles):
+        for pos, h in enumerate(self._handles):
+            info = self.gpus[pos] if pos < len(self.gpus) else GpuInfo(pos, "", "", 0)
+            i = info.index
             used, free, reserved = self._memory(h, i)
-            util = self._q("nvmlDeviceGetUtilizationRates", h, gpu=i)
+            # a MIG instance has no utilisation of its own in NVML (Not Supported): do not ask every sample
+            util = None if info.mig_parent is not None else self._q("nvmlDeviceGetUtilizationRates", h, gpu=i)
             procs = self._procs(h, i) if with_procs else ()
-            out.append(
-                GpuSample(i, used, free, reserved, None if util is None else int(util.gpu), procs)
-            )
+            out.append(GpuSample(i, used, free, reserved, None if util is None else int(util.gpu), procs))
         dt = time.perf_counter() - t0
-        lost = [i for i, g in enumerate(out) if g.used_bytes is None]
+        lost = [g.index for g in out if g.used_bytes is None]
         err = "; ".join(f"GPU {i}: {self.errors[i]}" for i in lost if i in self.errors) or None
         self.status = SourceStatus("nvml", not lost, err, dt)
         return Sample(time.monotonic() if t is None else t, tuple(out))
+
+    @property
+    def cards(self) -> tuple[GpuInfo, ...]:
+        return self.gpus
+
+    def poll(self, now: float | None = None) -> list[object]:
+        """The `Source` protocol: one sample of every card, taken at `now`."""
+        return [self.read(now)]
 
     def close(self) -> None:
         try:
