@@ -1,133 +1,473 @@
-"""`oomwatch`: the command line. Bad input is one line on stderr and exit 2, never a traceback.
+"""`oomwatch`: the command line (parsing and dispatch). Bad input is one line on stderr and exit 2, never a
+traceback; the errors a user can see are drawn in `daemon.errors`.
 
-    oomwatch run        the daemon: sample, analyse, serve /metrics, push alerts
+    oomwatch run        the daemon: sample, analyse, serve /metrics, push alerts (wiring in `daemon.run`)
     oomwatch replay     the whole analysis over a trace, as fast as it goes
     oomwatch diagnose   a one-shot plain-language report (live or over a trace)
     oomwatch record     write a gpu-memory-trace/1 from live NVML
     oomwatch engines    show what oomwatch reads from engine endpoints
+    oomwatch examples   list the bundled real traces (`example:NAME` wherever a TRACE is read)
+
+Every `run` flag can also be set as `OOMWATCH_<FLAG>`. The environment is read after parsing, never while
+the parser is built (so a bad variable cannot break `--help`), and each value goes through the very check
+its flag does; a flag given on the command line wins over its variable.
 """
 
 from __future__ import annotations
 
+from .threads import pin_blas_threads
+
+pin_blas_threads()  # before anything below loads numpy (daemon/threads.py says why)
+
 import argparse
+import contextlib
 import json
 import logging
+import math
 import os
-import signal
+import re
 import sys
-import threading
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
-from . import __version__
-from .config import DEFAULT_LISTEN, AnalysisConfig, DaemonConfig, env_default
+from . import __version__, bundled
+from .config import DEFAULT_LISTEN, MAX_INTERVAL_S, MAX_SECONDS, MIN_INTERVAL_S
+from .errors import OomwatchError, UsageError
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+__all__ = [
+    "COMMANDS",
+    "ENV_PREFIX",
+    "UsageError",
+    "apply_env",
+    "build_parser",
+    "cmd_diagnose",
+    "cmd_engines",
+    "cmd_examples",
+    "cmd_record",
+    "cmd_replay",
+    "cmd_run",
+    "env_name",
+    "main",
+    "subcommands",
+]
 
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit status 2."""
+ENV_PREFIX = "OOMWATCH_"
+#: `run`'s flags without a value on the command line or in the environment (their dest -> default; a flag
+#: not named here defaults to off, an empty list or None).
+RUN_DEFAULTS: dict[str, object] = {
+    "listen": DEFAULT_LISTEN,
+    "interval": 0.1,
+    "engine_url": [],
+    "alertmanager_url": [],
+    "record": None,
+    "replay": None,
+    "speed": 1.0,
+    "loop": False,
+    "server_pid": None,
+    "server_cmdline": None,
+    "flight_dir": None,
+    "state_dir": None,
+    "external_url": None,
+    "duration": None,
+    "no_engine_discovery": False,
+}
+PID_MAX = 4194304  # Linux's PID_MAX_LIMIT: no process ID is larger
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
 
 
-def _env(name, default, conv=str):
-    v = env_default(name, None)
-    if v is None:
-        return default
-    try:
-        return conv(v)
-    except ValueError:
-        raise UsageError(f"OOMWATCH_{name.upper()}={v!r} is not a valid value") from None
+def env_name(dest: str) -> str:
+    """The environment variable of a `run` flag: `engine_url` -> `OOMWATCH_ENGINE_URL`."""
+    return ENV_PREFIX + dest.upper()
 
 
-def _env_list(name):
-    v = env_default(name, None)
-    return [x for x in (v or "").replace(",", " ").split() if x]
-
-
-def _positive(v):
+# ---- value checks: one per kind of value, shared by flags and OOMWATCH_* variables ------------------------
+def _number(v: str) -> float:
     try:
         f = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
-    if f <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0: {v!r}")
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"not a number: {_show(v)}") from None
+    if not math.isfinite(f):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {_show(v)}")
     return f
 
 
+def _positive(v: str) -> float:
+    f = _number(v)
+    if f <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0: {_show(v)}")
+    return f
+
+
+def _seconds(v: str) -> float:
+    f = _positive(v)
+    if f > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:.0f} seconds: {_show(v)}")
+    return f
+
+
+def _interval(v: str) -> float:
+    f = _positive(v)
+    if not MIN_INTERVAL_S <= f <= MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:.0f} seconds: {_show(v)}")
+    return f
+
+
+def _listen(v: str) -> str:
+    host, sep, port = v.rpartition(":")
+    if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT with a port from 1 to 65535: {_show(v)}")
+    h = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if h and not re.fullmatch(r"[A-Za-z0-9._:%-]{1,253}", h):
+        raise argparse.ArgumentTypeError(f"not a host name or address: {_show(host)}")
+    return v
+
+
+def _pid(v: str) -> int:
+    try:
+        n = int(v)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"not a process ID: {_show(v)}") from None
+    if not 1 <= n <= PID_MAX:
+        raise argparse.ArgumentTypeError(f"not a process ID (1 to {PID_MAX}): {_show(v)}")
+    return n
+
+
+def _regex(v: str) -> str:
+    try:
+        re.compile(v)
+    except (re.error, RecursionError, OverflowError, ValueError) as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({_one_line(str(e))}): {_show(v)}") from None
+    return v
+
+
+def _http_url(v: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(v)
+        ok = u.scheme in ("http", "https") and bool(u.hostname) and (u.port is None or u.port > 0)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"not an http(s)://HOST[:PORT] URL: {_show(v)}")
+    return v
+
+
+def _engine_url(v: str) -> str:
+    import httpx
+
+    from .sources.engines import metrics_url
+
+    try:
+        httpx.URL(metrics_url(v))  # what the scrape will ask httpx for
+    except (ValueError, httpx.InvalidURL) as e:  # EngineUrlError, urllib's or httpx's own (a control character)
+        msg = str(e) if isinstance(e, OomwatchError) else f"not an http(s) URL ({_one_line(str(e))}): {_show(v)}"
+        raise argparse.ArgumentTypeError(msg) from None
+    return v
+
+
+def _path(v: str) -> str:
+    if not v:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return v
+
+
+def _show(v: object, limit: int = 80) -> str:
+    """A user's value in a message: quoted, escaped to one line, cut when long."""
+    r = repr(v)
+    return r if len(r) <= limit else r[: limit - 4] + "...'"
+
+
+def _one_line(msg: str) -> str:
+    """Escape whatever would break a message onto several lines (argparse echoes raw arguments)."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in msg)
+
+
+# ---- the parser ---------------------------------------------------------------------------------------
+TRACE_HELP = "a gpu-memory-trace/1 file, or example:NAME for a bundled one (see `oomwatch examples`)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="oomwatch", description="Watch GPU memory next to an LLM inference server and page before "
-                "CUDA runs out of memory.", formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="Examples:\n  oomwatch run --replay " + "examples/staircase.jsonl --speed 4\n"
-                "  oomwatch replay examples/staircase.jsonl --json\n  oomwatch diagnose --duration 60 "
-                "--engine-url http://localhost:8000\n\nEvery `run` flag can also be set as OOMWATCH_<FLAG> "
-                "(e.g. OOMWATCH_LISTEN=0.0.0.0:9846).")
+    """The whole command line. Builds without reading the environment (see `apply_env`)."""
+    raw = argparse.RawDescriptionHelpFormatter
+    p = _Parser(
+        prog="oomwatch",
+        formatter_class=raw,
+        description="Watch GPU memory next to an LLM inference server and page before CUDA runs out of memory.",
+        epilog="Examples (the bundled real traces need no GPU):\n"
+        "  oomwatch examples                                    list the bundled traces\n"
+        "  oomwatch run --replay example:staircase --speed 4    the daemon on a bundled trace\n"
+        "  oomwatch replay example:staircase --json             the whole analysis, as JSON Lines\n"
+        "  oomwatch diagnose --replay example:stray             a plain-language report\n"
+        "  oomwatch diagnose --duration 60 --engine-url http://localhost:8000\n\n"
+        "Every `run` flag can also be set as OOMWATCH_<FLAG> (e.g. OOMWATCH_LISTEN=0.0.0.0:9846);\n"
+        "a flag on the command line wins.",
+    )
     p.add_argument("--version", action="version", version=f"oomwatch {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
 
-    r = sub.add_parser("run", help="run the daemon (NVML, or --replay a trace)",
-                       description="Sample GPU memory, analyse it, serve Prometheus metrics on --listen and push "
-                       "alerts to Alertmanager. Without a GPU, --replay plays a recorded trace.")
-    r.add_argument("--listen", default=_env("listen", DEFAULT_LISTEN),
-                   help=f"address:port for /metrics and / (default {DEFAULT_LISTEN})")
-    r.add_argument("--interval", type=_positive, default=_env("interval", 0.1, float),
-                   help="NVML sample period in seconds (default 0.1)")
-    r.add_argument("--engine-url", action="append", default=_env_list("engine_url"), metavar="URL",
-                   help="inference engine base or /metrics URL (repeatable); kind auto-detected")
-    r.add_argument("--alertmanager-url", action="append", default=_env_list("alertmanager_url"), metavar="URL",
-                   help="Alertmanager to push alerts to (repeatable, for an HA pair)")
-    r.add_argument("--record", default=_env("record", None), metavar="PATH", help="also write every sample to a trace")
-    r.add_argument("--replay", default=_env("replay", None), metavar="TRACE", help="play a trace instead of NVML")
-    r.add_argument("--speed", type=_positive, default=_env("speed", 1.0, float), help="replay speed factor (default 1)")
-    r.add_argument("--loop", action="store_true", default=_env("loop", "") not in ("", "0", "false"),
-                   help="restart the replay when it ends")
-    r.add_argument("--server-pid", type=int, default=_env("server_pid", None, int),
-                   help="PID of the inference server (its tree is 'server'); default: found from --engine-url")
-    r.add_argument("--server-cmdline", default=_env("server_cmdline", None), metavar="REGEX",
-                   help="find the server by a regular expression on command lines")
-    r.add_argument("--flight-dir", default=_env("flight_dir", None), metavar="DIR",
-                   help="write the last 15 minutes as a trace here when an alert fires")
-    r.add_argument("--external-url", default=_env("external_url", None), metavar="URL",
-                   help="URL of this oomwatch as others reach it (generatorURL of pushed alerts)")
-    r.add_argument("--duration", type=_positive, default=None, help="stop after this many seconds")
+    r = sub.add_parser(
+        "run",
+        help="run the daemon (NVML, or --replay a trace)",
+        formatter_class=raw,
+        description="Sample GPU memory, analyse it, serve Prometheus metrics on --listen and push "
+        "alerts to Alertmanager.\nWithout a GPU, --replay plays a recorded trace. Each flag can "
+        "also be set as OOMWATCH_<FLAG>\n(shown in brackets); a flag on the command line wins.",
+        epilog="Examples:\n  oomwatch run --replay example:staircase --duration 70\n"
+        "  oomwatch run --listen 0.0.0.0:9846 --engine-url http://localhost:8000 "
+        "--alertmanager-url http://am:9093",
+    )
 
-    rp = sub.add_parser("replay", help="analyse a trace as fast as possible",
-                        description="Run the whole analysis over a gpu-memory-trace/1 file and print alert "
-                        "transitions and a summary (JSON Lines with --json).")
-    rp.add_argument("trace")
+    def run_flag(*names: str, help: str, **kw: Any) -> None:  # noqa: A002 - argparse's own name
+        dest = kw.get("dest") or names[-1].lstrip("-").replace("-", "_")
+        r.add_argument(*names, default=None, help=f"{help} [{env_name(dest)}]", **kw)
+
+    run_flag(
+        "--listen",
+        type=_listen,
+        metavar="HOST:PORT",
+        help=f"address for /metrics, / and /api/v1/status (default {DEFAULT_LISTEN})",
+    )
+    run_flag(
+        "--interval",
+        type=_interval,
+        metavar="SECONDS",
+        help=f"NVML sample period (default 0.1; from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:.0f})",
+    )
+    run_flag(
+        "--engine-url",
+        action="append",
+        type=_engine_url,
+        metavar="URL",
+        help="inference engine base or /metrics URL (repeatable; a variable takes a comma-separated list); "
+        "kind auto-detected",
+    )
+    run_flag(
+        "--alertmanager-url",
+        action="append",
+        type=_http_url,
+        metavar="URL",
+        help="Alertmanager to push alerts to (repeatable, for an HA pair)",
+    )
+    run_flag("--record", type=_path, metavar="PATH", help="also write every sample to a trace")
+    run_flag("--replay", type=_path, metavar="TRACE", help=f"play a trace instead of NVML: {TRACE_HELP}")
+    run_flag("--speed", type=_positive, metavar="X", help="replay speed factor (default 1)")
+    run_flag(
+        "--loop",
+        action="store_true",
+        help="restart the replay when it ends (variable: 1/true/yes/on or 0/false/no/off)",
+    )
+    run_flag(
+        "--server-pid",
+        type=_pid,
+        metavar="PID",
+        help="PID of the inference server (its tree is 'server'); default: found from --engine-url",
+    )
+    run_flag(
+        "--server-cmdline",
+        type=_regex,
+        metavar="REGEX",
+        help="find the server by a regular expression on command lines",
+    )
+    run_flag(
+        "--no-engine-discovery",
+        action="store_true",
+        help="do not probe the ports the GPU server processes listen on for an engine's /metrics",
+    )
+    run_flag(
+        "--flight-dir", type=_path, metavar="DIR", help="write the last 15 minutes as a trace here when an alert fires"
+    )
+    run_flag(
+        "--state-dir",
+        type=_path,
+        metavar="DIR",
+        help="keep the analysis history (15 min, 6 h, 7 days per "
+        "card) here across restarts: written every minute and on SIGTERM, one file per GPU UUID",
+    )
+    run_flag(
+        "--external-url",
+        type=_http_url,
+        metavar="URL",
+        help="URL of this oomwatch as others reach it (generatorURL of pushed alerts)",
+    )
+    run_flag(
+        "--duration",
+        type=_seconds,
+        metavar="SECONDS",
+        help="stop after this many seconds (default: run until SIGTERM or Ctrl-C)",
+    )
+
+    rp = sub.add_parser(
+        "replay",
+        help="analyse a trace as fast as possible",
+        formatter_class=raw,
+        description="Run the whole analysis over a gpu-memory-trace/1 file and print alert "
+        "transitions and a summary\n(JSON Lines with --json). A trace cut in the middle of its last "
+        "line is analysed up to the cut, with a warning.",
+        epilog="Examples:\n  oomwatch replay example:staircase\n"
+        "  oomwatch replay example:tp_imbalance --json\n"
+        "  oomwatch replay my-recording.jsonl --plot chart.png",
+    )
+    rp.add_argument("trace", metavar="TRACE", help=TRACE_HELP)
     rp.add_argument("--json", action="store_true", help="JSON Lines: one per transition, then a summary line")
     rp.add_argument("--plot", metavar="FILE.png", help="also draw one annotated chart per card (needs matplotlib)")
 
-    d = sub.add_parser("diagnose", help="one-shot plain-language report",
-                       description="Watch live NVML for --duration seconds (or read --replay TRACE) and say what "
-                       "each card is doing, what is wrong, and what to change. Exit 0 healthy, 1 when a warning "
-                       "or worse was found, 2 for bad input.")
-    d.add_argument("--duration", type=_positive, default=30.0, help="seconds to watch live (default 30)")
-    d.add_argument("--replay", metavar="TRACE", help="analyse a trace instead of live NVML")
-    d.add_argument("--engine-url", action="append", default=[], metavar="URL")
-    d.add_argument("--interval", type=_positive, default=0.1)
-    d.add_argument("--json", action="store_true")
+    d = sub.add_parser(
+        "diagnose",
+        help="one-shot plain-language report",
+        formatter_class=raw,
+        description="Watch live NVML for --duration seconds (or read --replay TRACE) and say what "
+        "each card is doing,\nwhat is wrong, and what to change. Exit 0 healthy, 1 when a warning "
+        "or worse was found, 2 for bad input.",
+        epilog="Examples:\n  oomwatch diagnose --replay example:stray\n"
+        "  oomwatch diagnose --duration 60 --engine-url http://localhost:8000 --json",
+    )
+    d.add_argument(
+        "--duration",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds to watch live NVML (default 30; ignored with --replay)",
+    )
+    d.add_argument("--replay", type=_path, metavar="TRACE", help=f"analyse a trace instead of live NVML: {TRACE_HELP}")
+    d.add_argument(
+        "--engine-url",
+        action="append",
+        type=_engine_url,
+        default=[],
+        metavar="URL",
+        help="inference engine base or /metrics URL, scraped while watching live (repeatable): its KV "
+        "cache and budget sharpen the verdict",
+    )
+    d.add_argument(
+        "--interval", type=_interval, default=0.1, metavar="SECONDS", help="live NVML sample period (default 0.1)"
+    )
+    d.add_argument(
+        "--no-engine-discovery",
+        action="store_true",
+        help="do not probe the ports the GPU server processes listen on for an engine's /metrics",
+    )
+    d.add_argument("--json", action="store_true", help="print the summary as one JSON object instead of prose")
     d.add_argument("--plot", metavar="FILE.png", help="also draw one annotated chart per card (needs matplotlib)")
 
-    rc = sub.add_parser("record", help="write a trace from live NVML",
-                        description="Sample NVML every --interval and write gpu-memory-trace/1 to -o.")
-    rc.add_argument("-o", "--output", required=True, metavar="TRACE")
-    rc.add_argument("--duration", type=_positive, default=None, help="seconds (default: until Ctrl-C)")
-    rc.add_argument("--interval", type=_positive, default=0.05)
+    rc = sub.add_parser(
+        "record",
+        help="write a trace from live NVML",
+        formatter_class=raw,
+        description="Sample NVML every --interval and write gpu-memory-trace/1 to -o (replay it "
+        "later with\n`oomwatch replay`, `diagnose --replay` or `run --replay`).",
+        epilog="Example:\n  oomwatch record -o incident.jsonl --duration 600",
+    )
+    rc.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        type=_path,
+        metavar="TRACE",
+        help="the trace file to write (replaced if it exists)",
+    )
+    rc.add_argument(
+        "--duration",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this many seconds (default: until Ctrl-C or SIGTERM)",
+    )
+    rc.add_argument(
+        "--interval",
+        type=_interval,
+        default=0.05,
+        metavar="SECONDS",
+        help="sample period (default 0.05, the 20 Hz of the bundled traces)",
+    )
 
-    e = sub.add_parser("engines", help="show what oomwatch reads from engine endpoints")
-    e.add_argument("urls", nargs="+", metavar="URL")
-    e.add_argument("--json", action="store_true")
-    e.add_argument("--timeout", type=_positive, default=3.0)
+    e = sub.add_parser(
+        "engines",
+        help="show what oomwatch reads from engine endpoints",
+        formatter_class=raw,
+        description="Scrape each engine endpoint once and show what oomwatch reads from it: the "
+        "engine kind,\nmodel, KV-cache use, running and waiting requests, preemptions and cache "
+        "config. Exit 1 when one is down.",
+        epilog="Example:\n  oomwatch engines http://localhost:8000 http://localhost:30000/metrics",
+    )
+    e.add_argument(
+        "urls", nargs="+", type=_engine_url, metavar="URL", help="an engine's base URL or its full /metrics URL"
+    )
+    e.add_argument("--json", action="store_true", help="one JSON object per endpoint instead of prose")
+    e.add_argument(
+        "--timeout", type=_seconds, default=3.0, metavar="SECONDS", help="per-endpoint HTTP timeout (default 3)"
+    )
+
+    sub.add_parser(
+        "examples",
+        help="list the bundled real traces",
+        formatter_class=raw,
+        description="List the real traces shipped with oomwatch. Name one as example:NAME wherever a "
+        "TRACE is read,\nfrom any directory: `oomwatch replay example:staircase`.",
+    )
     return p
 
 
-# ---- commands -------------------------------------------------------------------------------------
-def _open_source(args):
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser of each subcommand, by name (`run`, `replay`, ...)."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            return dict(a.choices)
+    return {}
+
+
+def _convert(a: argparse.Action, raw: str) -> object:
+    """A variable's value through its flag's own check (what argparse would do with it on the command line)."""
+    return a.type(raw) if callable(a.type) else raw
+
+
+def apply_env(
+    args: argparse.Namespace,
+    environ: Mapping[str, str] = os.environ,
+    parser: argparse.ArgumentParser | None = None,
+) -> argparse.Namespace:
+    """Fill `run`'s unset flags from OOMWATCH_<FLAG>, through the flag's own check, then from defaults.
+
+    An empty variable counts as unset (compose files often carry `OOMWATCH_RECORD=`).
+    """
+    if getattr(args, "cmd", None) != "run":
+        return args
+    run = subcommands(parser or build_parser())["run"]
+    for a in run._actions:
+        if isinstance(a, argparse._HelpAction) or getattr(args, a.dest, None) is not None:
+            continue
+        name = env_name(a.dest)
+        raw = environ.get(name, "")
+        if raw.strip() == "":
+            default: bool | list[str] | None = (
+                False if a.nargs == 0 else [] if isinstance(a, argparse._AppendAction) else None
+            )
+            setattr(args, a.dest, RUN_DEFAULTS.get(a.dest, default))
+            continue
+        try:
+            if a.nargs == 0:  # a switch
+                if raw.strip().lower() not in _TRUE + _FALSE:
+                    raise argparse.ArgumentTypeError(f"must be one of {'/'.join(_TRUE + _FALSE)}: {_show(raw)}")
+                value: object = raw.strip().lower() in _TRUE
+            elif isinstance(a, argparse._AppendAction):
+                value = [_convert(a, x) for x in raw.replace(",", " ").split()]
+            else:
+                value = _convert(a, raw)
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as e:
+            raise UsageError(f"oomwatch run: {name}: {e}") from None
+        setattr(args, a.dest, value)
+    return args
+
+
+# ---- commands besides `run` -----------------------------------------------------------------------------
+def _open_source(args: argparse.Namespace) -> Any:
     if getattr(args, "replay", None):
         from .sources.replay import ReplaySource
 
@@ -139,31 +479,33 @@ def _open_source(args):
     return src
 
 
-def cmd_replay(args) -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     from .feed import replay_trace
     from .report import render
 
     out = sys.stdout
     rec_plot = _plot_recorder(args)
 
-    def show(tr):
+    def show(tr: Any) -> None:
         al = tr.alert
         if args.json:
-            out.write(json.dumps({"t": round(tr.t, 3), "alert": al.alertname, "state": tr.state,
-                                  "labels": al.all_labels(), "summary": al.summary,
-                                  "eta_seconds": None if al.eta_seconds is None else round(al.eta_seconds, 1)})
-                      + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "t": round(tr.t, 3),
+                        "alert": al.alertname,
+                        "state": tr.state,
+                        "labels": al.all_labels(),
+                        "summary": al.summary,
+                        "eta_seconds": None if al.eta_seconds is None else round(al.eta_seconds, 1),
+                    }
+                )
+                + "\n"
+            )
         else:
             out.write(f"{tr.t:9.2f}s  {tr.state.upper():8s} {al.alertname:20s} {al.summary}\n")
 
-    try:
-        res = replay_trace(args.trace, show, rec_plot.add if rec_plot else None)
-    except Exception as e:
-        from .trace import TraceError
-
-        if isinstance(e, TraceError):
-            raise UsageError(str(e)) from None
-        raise
+    res = replay_trace(args.trace, show, rec_plot.add if rec_plot else None)  # TraceError: one line, exit 2
     a, summary = res.analyzer, res.summary
     _draw(args, a, rec_plot)
     if args.json:
@@ -174,41 +516,114 @@ def cmd_replay(args) -> int:
     return 0
 
 
-def _plot_recorder(args):
+def _plot_recorder(args: argparse.Namespace) -> Any:
     """Check --plot up front (matplotlib present, file writable) so a long run does not fail at its end."""
-    if not getattr(args, "plot", None):
+    if getattr(args, "plot", None) is None:
         return None
-    from exporters.plot import PlotUnavailable, Recorder
+    from exporters.plot import Recorder
 
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError(str(PlotUnavailable("--plot needs matplotlib: pip install 'oomwatch[plot]'"))) from None
-    d = os.path.dirname(os.path.abspath(args.plot))
-    if not os.path.isdir(d) or not os.access(d, os.W_OK):
-        raise UsageError(f"cannot write {args.plot}: folder missing or not writable")
+        raise UsageError("--plot needs matplotlib: pip install 'oomwatch[plot]'") from None
+    d = os.path.dirname(os.path.abspath(args.plot)) if args.plot else ""
+    if not args.plot or os.path.isdir(args.plot) or not os.path.isdir(d) or not os.access(d, os.W_OK):
+        raise UsageError(f"cannot write {_show(args.plot)}: not a file name in a writable folder")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    ext = os.path.splitext(args.plot)[1][1:].lower()
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if ext and ext not in kinds:
+        raise UsageError(
+            f"cannot draw {_show(args.plot)}: not an image type matplotlib writes ({', '.join(sorted(kinds))})"
+        )
     return Recorder()
 
 
-def _draw(args, a, rec_plot) -> None:
+def _draw(args: argparse.Namespace, a: Any, rec_plot: Any) -> None:
     if rec_plot is None:
         return
     from exporters.plot import plot
 
-    plot(args.plot, a, rec_plot, a.transitions)
+    try:
+        plot(args.plot, a, rec_plot, a.transitions)
+    except (OSError, ValueError) as e:  # an unknown image format, a full disk
+        raise UsageError(f"cannot write {_show(args.plot)}: {_one_line(str(e))}") from None
     print(f"chart written to {args.plot}", file=sys.stderr)
 
 
-def cmd_diagnose(args) -> int:
+class _PlotTap:
+    """A sink for the sampler that hands each sample to the --plot recorder (and is always up)."""
+
+    name = "plot"
+
+    def __init__(self, rec_plot: Any) -> None:
+        from .model import SourceStatus
+
+        self._rec = rec_plot
+        self.status = SourceStatus("plot", True)
+
+    def sample(self, s: Any) -> None:
+        self._rec.add(s)
+
+    def proc(self, t: float, p: Any) -> None:
+        pass
+
+    def rss(self, r: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _watch_live(args: argparse.Namespace, src: Any, engines: list[Any], rec_plot: Any) -> Any:
+    """Watch live for --duration with the daemon's own sampler (NVML, processes, engines and their
+    discovery, allocator probes), without serving anything; returns its analysis, evaluated now."""
+    import dataclasses
+
+    from .config import DaemonConfig
+    from .sampler import Sampler
+    from .sources.processes import ProcessScanner
+
+    cfg = dataclasses.replace(
+        DaemonConfig(),
+        interval=args.interval,
+        engine_url=tuple(args.engine_url),
+        engine_discovery=not getattr(args, "no_engine_discovery", False),
+    )
+    sampler = Sampler(cfg, src, engines, ProcessScanner(), _PlotTap(rec_plot) if rec_plot else None)
+    tty = sys.stderr.isatty()
+    end = time.monotonic() + args.duration
+    sampler.start()
+    try:
+        while (left := end - time.monotonic()) > 0:
+            if tty:
+                done = 1 - left / args.duration
+                sys.stderr.write(f"\rwatching [{'#' * int(30 * done):<30}] {left:4.0f} s left ")
+                sys.stderr.flush()
+            time.sleep(min(0.5, left))
+    finally:
+        sampler.stop()
+        if tty:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+    found = sampler.discovery.found.values() if sampler.discovery is not None else ()
+    for d in found:
+        print(f"engine found: {d.source.url} (server group {d.group})", file=sys.stderr)
+    a = sampler.analyzer
+    if a.now is not None:
+        a.evaluate(a.now)
+    return a
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
     from .analysis.analyzer import Analyzer
-    from .model import Sample
     from .report import render
     from .sources.engines import EngineSource
 
     engines = [EngineSource(u) for u in args.engine_url]
+    rec_plot = _plot_recorder(args)
     src = _open_source(args)
     a = Analyzer(src.gpus, engines_expected=bool(engines))
-    rec_plot = _plot_recorder(args)
     if args.replay:
         from .feed import feed
 
@@ -216,38 +631,9 @@ def cmd_diagnose(args) -> int:
         if src.status.error:
             raise UsageError(src.status.error)
     else:
-        from .sources.processes import ProcessScanner
-
-        scanner = ProcessScanner()
-        end = time.monotonic() + args.duration
-        next_engine = 0.0
-        tty = sys.stderr.isatty()
-        while True:
-            now = time.monotonic()
-            if now >= end:
-                break
-            s = src.read()
-            a.set_source(src.status)
-            for p in scanner.scan({pid for g in s.gpus for pid, _ in g.procs}):
-                a.add_proc(p)
-            if engines and now >= next_engine:
-                a.set_engines([e.scrape() for e in engines])
-                for e in engines:
-                    a.set_source(e.status)
-                next_engine = now + 5.0
-            if rec_plot:
-                rec_plot.add(s)
-            a.add_sample(s)
-            left = end - now
-            if tty:
-                done = 1 - left / args.duration
-                sys.stderr.write(f"\rwatching [{'#' * int(30 * done):<30}] {left:4.0f} s left ")
-                sys.stderr.flush()
-            time.sleep(args.interval)
-        if tty:
-            sys.stderr.write("\r" + " " * 60 + "\r")
-        if a.now is not None:
-            a.evaluate(a.now)
+        a = _watch_live(args, src, engines, rec_plot)
+    for e in engines:
+        e.close()
     _draw(args, a, rec_plot)
     summary = a.summary()
     if args.json:
@@ -257,9 +643,13 @@ def cmd_diagnose(args) -> int:
     return 1 if any(f["severity"] in ("warning", "critical") for f in summary["findings"]) else 0
 
 
-def cmd_record(args) -> int:
+def cmd_record(args: argparse.Namespace) -> int:
+    import threading
+
     from exporters.recorder import TraceRecorder
 
+    from .config import DaemonConfig
+    from .run import on_signals
     from .sources.nvml import NvmlSource
     from .sources.processes import ProcessScanner
 
@@ -267,13 +657,15 @@ def cmd_record(args) -> int:
     src.open()
     try:
         rec = TraceRecorder(args.output, src.gpus, 1.0 / args.interval, src.driver)
-    except OSError as e:
-        raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:
+        src.close()
+        raise UsageError(f"cannot write {args.output}: {getattr(e, 'strerror', None) or e}") from None
     scanner = ProcessScanner()
     stop = threading.Event()
-    _on_signals(stop)
+    on_signals(stop)
     t0 = time.monotonic()
     n = 0
+    next_rss = 0.0
     try:
         while not stop.is_set():
             now = time.monotonic()
@@ -283,30 +675,36 @@ def cmd_record(args) -> int:
             rec.sample(s)
             n += 1
             for p in scanner.scan({pid for g in s.gpus for pid, _ in g.procs}):
-                if any(p.pid == pid for g in s.gpus for pid, _ in g.procs):
-                    rec.proc(s.t, p)
-            stop.wait(max(0.0, args.interval - (time.monotonic() - now)))
+                rec.proc(s.t, p)  # holders and their parents: the trace carries the server tree
+            if scanner.last_rss and now >= next_rss:  # resident memory at the daemon's process-scan pace
+                from .model import RssSample
+
+                rec.rss(RssSample(s.t, tuple(scanner.last_rss)))
+                next_rss = now + DaemonConfig().process_interval
+            left = args.interval - (time.monotonic() - now)
+            if args.duration:
+                left = min(left, args.duration - (time.monotonic() - t0))
+            stop.wait(max(0.0, left))
     finally:
         rec.close()
         src.close()
-    print(f"wrote {n} samples of {len(src.gpus)} GPU(s) to {args.output}", file=sys.stderr)
+    logging.getLogger("oomwatch").info("wrote %d samples of %d GPU(s) to %s", n, len(src.gpus), args.output)
     return 0 if rec.status.up else 1
 
 
-def cmd_engines(args) -> int:
+def cmd_engines(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from .sources.engines import EngineSource
 
-    srcs = [EngineSource(u, timeout_s=args.timeout, retries=0) for u in args.urls]
+    srcs = [EngineSource(u, timeout_s=args.timeout, retries=0) for u in args.urls]  # EngineUrlError: exit 2
     bad = 0
     for s in srcs:
         snap = s.scrape()
         s.close()
         bad += not snap.up
         if args.json:
-            d = asdict(snap)
-            print(json.dumps(d))
+            print(json.dumps(asdict(snap)))
             continue
         if not snap.up:
             print(f"{snap.url}: DOWN: {snap.error}")
@@ -315,124 +713,78 @@ def cmd_engines(args) -> int:
         for e in snap.engines or (snap,):
             tag = f"  engine {e.engine}: " if snap.engines else "  "
             kv = "n/a" if e.kv_cache_usage_ratio is None else f"{e.kv_cache_usage_ratio:.1%}"
-            print(f"{tag}KV cache used {kv}; requests running {_n(e.requests_running)}, waiting "
-                  f"{_n(e.requests_waiting)}; preemptions {_n(e.preemptions_total)}; prefix-cache hit ratio "
-                  f"{'n/a' if e.prefix_cache_hit_ratio is None else f'{e.prefix_cache_hit_ratio:.1%}'}")
+            print(
+                f"{tag}KV cache used {kv}; requests running {_n(e.requests_running)}, waiting "
+                f"{_n(e.requests_waiting)}; preemptions {_n(e.preemptions_total)}; prefix-cache hit ratio "
+                f"{'n/a' if e.prefix_cache_hit_ratio is None else f'{e.prefix_cache_hit_ratio:.1%}'}"
+            )
         if snap.gpu_memory_utilization is not None or snap.num_gpu_blocks is not None:
-            print(f"  cache config: gpu_memory_utilization {snap.gpu_memory_utilization}, num_gpu_blocks "
-                  f"{snap.num_gpu_blocks}, block_size {snap.block_size}, cache_dtype {snap.cache_dtype}, "
-                  f"prefix caching {snap.prefix_caching}, kv_cache_memory_bytes {snap.kv_cache_memory_bytes}")
+            print(
+                f"  cache config: gpu_memory_utilization {snap.gpu_memory_utilization}, num_gpu_blocks "
+                f"{snap.num_gpu_blocks}, block_size {snap.block_size}, cache_dtype {snap.cache_dtype}, "
+                f"prefix caching {snap.prefix_caching}, kv_cache_memory_bytes {snap.kv_cache_memory_bytes}"
+            )
     return 1 if bad else 0
 
 
-def _n(v):
+def _n(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.0f}"
 
 
-def _on_signals(stop: threading.Event):
-    def handler(signum, frame):
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-
-
-def cmd_run(args) -> int:
-    from exporters.metrics import serve
-
-    from .sampler import Sampler
-    from .sources.engines import EngineSource
-    from .sources.processes import ProcessScanner, listening_pid, matching_pids
-
-    cfg = DaemonConfig(
-        listen=args.listen, interval=args.interval, engine_url=tuple(args.engine_url),
-        alertmanager_url=tuple(args.alertmanager_url), record=args.record, replay=args.replay, speed=args.speed,
-        loop=args.loop, server_pid=args.server_pid, server_cmdline=args.server_cmdline, flight_dir=args.flight_dir,
-        external_url=args.external_url, analysis=AnalysisConfig(),
-    )
-    if ":" not in cfg.listen or not cfg.listen.rpartition(":")[2].isdigit():
-        raise UsageError(f"--listen must be HOST:PORT, got {cfg.listen!r}")
-    engines = [EngineSource(u) for u in cfg.engine_url]
-    src = _open_source(args)
-    server_pids = set()
-    if cfg.server_pid:
-        server_pids.add(cfg.server_pid)
-    if cfg.server_cmdline:
-        server_pids |= matching_pids(cfg.server_cmdline)
-    for u in cfg.engine_url:
-        pid = listening_pid(u)
-        if pid:
-            server_pids.add(pid)
-    recorder = pusher = flight = None
-    if cfg.record:
-        from exporters.recorder import TraceRecorder
-
-        try:
-            recorder = TraceRecorder(cfg.record, src.gpus, 1.0 / cfg.interval, getattr(src, "driver", None))
-        except OSError as e:
-            raise UsageError(f"cannot write {cfg.record}: {e.strerror or e}") from None
-    if cfg.alertmanager_url:
-        from exporters.alertmanager import AlertmanagerPusher
-
-        gen = cfg.external_url or f"http://{cfg.listen}/"
-        pusher = AlertmanagerPusher(cfg.alertmanager_url, gen, cfg.push_interval)
-    if cfg.flight_dir:
-        from exporters.recorder import FlightRecorder
-
-        flight = FlightRecorder(cfg.analysis.window_s)
-    sampler = Sampler(cfg, src, engines, None if cfg.replay else ProcessScanner(), recorder, pusher, flight,
-                      server_pids)
-    from exporters.status import routes as status_routes
-
-    try:
-        httpd, _ = serve(cfg.listen, lambda: sampler.snapshot, status_routes(sampler))
-    except OSError as e:
-        raise UsageError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from None
-    stop = threading.Event()
-    _on_signals(stop)
-    what = f"replaying {cfg.replay} at {cfg.speed}x" if cfg.replay else f"sampling {len(src.gpus)} GPU(s) via NVML"
-    logging.getLogger("oomwatch").warning("oomwatch %s: %s; metrics on http://%s/metrics, status page on "
-                                          "http://%s/", __version__, what, cfg.listen, cfg.listen)
-    sampler.start()
-    try:
-        stop.wait(args.duration)
-    finally:
-        sampler.stop()
-        httpd.shutdown()
-        if hasattr(src, "close"):
-            src.close()
+def cmd_examples(args: argparse.Namespace) -> int:
+    names = bundled.names()
+    width = max((len(n) for n in names), default=0) + len(bundled.PREFIX)
+    print("Real traces recorded on an NVIDIA H200, shipped with oomwatch. Name one as example:NAME wherever a TRACE")
+    print("is read, from any directory (e.g. `oomwatch replay example:staircase`):\n")
+    for n in names:
+        print(f"  {bundled.PREFIX + n:<{width}}  {bundled.describe(n)}")
     return 0
 
 
-def main(argv=None) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
+    from .run import cmd_run as run
+
+    return run(args)
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "replay": cmd_replay,
+    "diagnose": cmd_diagnose,
+    "record": cmd_record,
+    "engines": cmd_engines,
+    "examples": cmd_examples,
+}
+
+
+def _setup_logging(verbose: bool) -> None:
+    """Our own lines at INFO (the start-up line, a replay's end), third-party chatter at WARNING."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("oomwatch").setLevel(logging.DEBUG if verbose else logging.INFO)
     # A skipped cycle (a slow call, no pile-up) is by design; apscheduler would warn at 10 Hz.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.verbose:
-            logging.getLogger("oomwatch").setLevel(logging.DEBUG)
+        _setup_logging(args.verbose)
         if not args.cmd:
             parser.print_help()
-            return 2
-        return {"run": cmd_run, "replay": cmd_replay, "diagnose": cmd_diagnose, "record": cmd_record,
-                "engines": cmd_engines}[args.cmd](args)
-    except UsageError as e:
-        msg = str(e)
+            raise UsageError(f"a COMMAND is required: {', '.join(COMMANDS)}")
+        apply_env(args, os.environ, parser)
+        return COMMANDS[args.cmd](args)
+    except OomwatchError as e:
+        msg = _one_line(str(e))
         print(msg if msg.startswith("oomwatch") else f"oomwatch: {msg}", file=sys.stderr)
-        return 2
+        return e.exit_status
     except KeyboardInterrupt:
         return 130
-    except Exception as e:  # noqa: BLE001 - bad input paths raise typed errors handled below
-        from .sources.engines import EngineUrlError
-        from .sources.nvml import NvmlUnavailable
-        from .trace import TraceError
-
-        if isinstance(e, (TraceError, NvmlUnavailable, EngineUrlError)):
-            print(f"oomwatch: {e}", file=sys.stderr)
-            return 2
-        raise
+    except BrokenPipeError:  # `oomwatch replay ... | head`: the reader left; say nothing more
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,237 @@
+"""`oomwatch run`: wire the sources, sinks, sampler and HTTP server together, then wait for the end.
+
+The command line parses and validates; this module builds the daemon from a `DaemonConfig` and checks
+once more what would make it misbehave rather than fail (a sample period that would make the scheduler
+spin, a listen address that cannot be bound), so a config built by other code gets the same guard.
+Everything a user can get wrong ends as a `UsageError`: one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from . import __version__
+from .config import MAX_INTERVAL_S, MIN_INTERVAL_S, AnalysisConfig, DaemonConfig
+from .errors import UsageError
+
+__all__ = ["StateKeeper", "check", "cmd_run", "config_from_args", "on_signals", "run"]
+
+log = logging.getLogger("oomwatch")
+
+#: Longest single wait of the main thread: it wakes this often to notice the end of --duration.
+WAIT_SLICE_S = 1.0
+
+
+def on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stop` (the main thread then shuts down cleanly)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def config_from_args(args: argparse.Namespace) -> DaemonConfig:
+    return DaemonConfig(
+        listen=args.listen,
+        interval=args.interval,
+        engine_url=tuple(args.engine_url),
+        alertmanager_url=tuple(args.alertmanager_url),
+        record=args.record,
+        replay=args.replay,
+        speed=args.speed,
+        loop=args.loop,
+        server_pid=args.server_pid,
+        server_cmdline=args.server_cmdline,
+        flight_dir=args.flight_dir,
+        state_dir=getattr(args, "state_dir", None),
+        external_url=args.external_url,
+        analysis=AnalysisConfig(),
+        engine_discovery=not getattr(args, "no_engine_discovery", False),
+    )
+
+
+def check(cfg: DaemonConfig) -> None:
+    """Refuse a config the daemon would run badly with (the CLI checks the same; this guards other callers).
+
+    A zero, negative or NaN `interval` would make apscheduler compute its next run forever (a hang at 100 %
+    CPU that ignores SIGTERM); an infinite one overflows its timer.
+    """
+    for name, v, lo, hi in (
+        ("interval", cfg.interval, MIN_INTERVAL_S, MAX_INTERVAL_S),
+        ("process_interval", cfg.process_interval, MIN_INTERVAL_S, MAX_INTERVAL_S),
+        ("engine_interval", cfg.engine_interval, MIN_INTERVAL_S, MAX_INTERVAL_S),
+        ("push_interval", cfg.push_interval, MIN_INTERVAL_S, MAX_INTERVAL_S),
+    ):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
+            raise UsageError(f"{name} must be from {lo} to {hi:.0f} seconds, got {v!r}")
+    if not (math.isfinite(cfg.speed) and cfg.speed > 0):
+        raise UsageError(f"--speed must be a finite number greater than 0, got {cfg.speed!r}")
+    host, sep, port = cfg.listen.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"--listen must be HOST:PORT with a port from 1 to 65535, got {cfg.listen!r}")
+    if cfg.record and cfg.replay:
+        from . import bundled
+
+        if os.path.abspath(cfg.record) == os.path.abspath(bundled.resolve(cfg.replay)):
+            raise UsageError(f"--record {cfg.record} would overwrite the trace being replayed")
+    if cfg.flight_dir and os.path.exists(cfg.flight_dir) and not os.path.isdir(cfg.flight_dir):
+        raise UsageError(f"--flight-dir {cfg.flight_dir} exists and is not a folder")
+    if cfg.state_dir and os.path.exists(cfg.state_dir) and not os.path.isdir(cfg.state_dir):
+        raise UsageError(f"--state-dir {cfg.state_dir} exists and is not a folder")
+
+
+def _open_source(cfg: DaemonConfig) -> Any:
+    if cfg.replay:
+        from .sources.replay import ReplaySource
+
+        return ReplaySource(cfg.replay, cfg.speed, cfg.loop)  # TraceError: one line
+    from .sources.nvml import NvmlSource
+
+    src = NvmlSource()
+    src.open()  # NvmlUnavailable: one line
+    return src
+
+
+def _server_pids(cfg: DaemonConfig) -> set[int]:
+    from .sources.processes import listening_pid, matching_pids
+
+    pids: set[int] = set()
+    if cfg.server_pid:
+        pids.add(cfg.server_pid)
+    if cfg.server_cmdline:
+        pids |= matching_pids(cfg.server_cmdline)
+    for u in cfg.engine_url:
+        pid = listening_pid(u)
+        if pid:
+            pids.add(pid)
+    return pids
+
+
+def _serve(cfg: DaemonConfig, sampler: Any) -> tuple[Any, Any]:
+    from exporters.metrics import serve
+    from exporters.status import routes as status_routes
+
+    try:
+        httpd, thread = serve(cfg.listen, lambda: sampler.snapshot, status_routes(lambda: sampler.snapshot))
+    except (OSError, OverflowError, UnicodeError, ValueError, TypeError) as e:  # taken, no such host, port > 65535,
+        # a host name that cannot be encoded (socket raises TypeError for that)
+        raise UsageError(f"cannot listen on {cfg.listen}: {getattr(e, 'strerror', None) or e}") from None
+    return httpd, thread
+
+
+def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event | None = None) -> int:
+    """Run the daemon until `stop` is set (SIGTERM, Ctrl-C) or `duration` seconds have passed.
+
+    A replay that ends (without `loop`) does not stop it: the sampler says so and /metrics keeps serving
+    the last state, so a demo or a test can still read it.
+    """
+    from .sampler import Sampler
+    from .sources.engines import EngineSource
+    from .sources.processes import ProcessScanner
+
+    check(cfg)
+    engines = [EngineSource(u) for u in cfg.engine_url]  # EngineUrlError: one line
+    src = _open_source(cfg)
+    sampler = httpd = None
+    try:
+        recorder = pusher = flight = keeper = None
+        if cfg.record:
+            from exporters.recorder import TraceRecorder
+
+            try:
+                recorder = TraceRecorder(cfg.record, src.cards, 1.0 / cfg.interval, getattr(src, "driver", None))
+            except (OSError, ValueError) as e:
+                raise UsageError(f"cannot write {cfg.record}: {getattr(e, 'strerror', None) or e}") from None
+        if cfg.alertmanager_url:
+            from exporters.alertmanager import AlertmanagerPusher
+
+            pusher = AlertmanagerPusher(
+                cfg.alertmanager_url, cfg.external_url or f"http://{cfg.listen}/", cfg.push_interval
+            )
+        if cfg.flight_dir:
+            from exporters.recorder import FlightRecorder
+
+            flight = FlightRecorder(cfg.analysis.window_s)
+        sampler = Sampler(
+            cfg, src, engines, None if cfg.replay else ProcessScanner(), recorder, pusher, flight, _server_pids(cfg)
+        )
+        keeper = StateKeeper(cfg.state_dir, sampler) if cfg.state_dir else None
+        httpd, _ = _serve(cfg, sampler)
+        if stop is None:
+            stop = threading.Event()
+            on_signals(stop)
+        what = (
+            f"replaying {cfg.replay} at {cfg.speed:g}x"
+            if cfg.replay
+            else f"sampling {len(src.cards)} GPU(s) via NVML every {cfg.interval:g} s"
+        )
+        log.info(
+            "oomwatch %s: %s; metrics on http://%s/metrics, status page on http://%s/",
+            __version__,
+            what,
+            cfg.listen,
+            cfg.listen,
+        )
+        sampler.start()
+        end = None if duration is None else time.monotonic() + duration
+        while not stop.is_set():
+            left = WAIT_SLICE_S if end is None else min(WAIT_SLICE_S, end - time.monotonic())
+            if left <= 0:
+                break
+            stop.wait(left)
+            if keeper is not None:
+                keeper.tick()
+    finally:
+        if sampler is not None:
+            sampler.stop()
+            if keeper is not None:
+                keeper.save()
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        src.close()
+    return 0
+
+
+class StateKeeper:
+    """`--state-dir`: restore the analysis history at start, save it every minute and at the end."""
+
+    def __init__(self, state_dir: str, sampler: Any, every_s: float = 60.0) -> None:
+        from . import state
+
+        self.state, self.dir, self.sampler, self.every = state, state_dir, sampler, every_s
+        self.next = time.monotonic() + every_s
+        with sampler._lock:
+            n = state.load(sampler.analyzer, state_dir, self._offset())
+        if n:
+            log.info("state: restored the history of %d card(s) from %s", n, state_dir)
+
+    def _offset(self) -> float:
+        return float(self.sampler._wall_offset)  # analysis time + offset = wall time
+
+    def tick(self) -> None:
+        if time.monotonic() >= self.next:
+            self.next = time.monotonic() + self.every
+            self.save()
+
+    def save(self) -> None:
+        try:
+            with self.sampler._lock:
+                self.state.save(self.sampler.analyzer, self.dir, self._offset())
+        except Exception as e:  # noqa: BLE001 - a state write must never stop the daemon
+            log.error("state: could not save to %s: %s", self.dir, e)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """`oomwatch run` from parsed (and environment-filled) arguments."""
+    return run(config_from_args(args), args.duration)
