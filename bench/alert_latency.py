@@ -33,13 +33,21 @@ def one(scrape):
     hook = Webhook()
     am = Alertmanager(tmp, hook.url)
     with open(am.cfg, "w") as f:  # group by every label: the two paths' alerts arrive separately
-        f.write("route:\n  receiver: hook\n  group_by: ['...']\n  group_wait: 0s\n  group_interval: 1s\n"
-                f"  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n      - url: {hook.url}\n")
+        f.write(
+            "route:\n  receiver: hook\n  group_by: ['...']\n  group_wait: 0s\n  group_interval: 1s\n"
+            f"  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n      - url: {hook.url}\n"
+        )
     am.start()
-    p, target = start_oomwatch("--replay", os.path.join(ROOT, "daemon", "examples", "staircase.jsonl"),
-                               "--alertmanager-url", am.url)
-    prom = Prometheus(tmp, target, [os.path.join(ROOT, "rules", "oomwatch.rules.yml")], scrape_interval=f"{scrape:g}s",
-                      alertmanager=am.url.replace("http://", ""))
+    p, target = start_oomwatch(
+        "--replay", os.path.join(ROOT, "daemon", "examples", "staircase.jsonl"), "--alertmanager-url", am.url
+    )
+    prom = Prometheus(
+        tmp,
+        target,
+        [os.path.join(ROOT, "rules", "oomwatch.rules.yml")],
+        scrape_interval=f"{scrape:g}s",
+        alertmanager=am.url.replace("http://", ""),
+    )
     try:
         deadline = time.time() + 120
         push = prom_path = starts = None
@@ -67,8 +75,17 @@ def main():
     rows = [one(a.scrape) for _ in range(a.runs)]
     push = statistics.median(r["push_s"] for r in rows)
     prom = statistics.median(r["prometheus_s"] for r in rows)
-    print(json.dumps({"runs": rows, "scrape_interval_s": a.scrape, "push_median_s": push,
-                      "prometheus_median_s": prom, "ratio_prometheus_over_push": round(prom / push, 1)}))
+    print(
+        json.dumps(
+            {
+                "runs": rows,
+                "scrape_interval_s": a.scrape,
+                "push_median_s": push,
+                "prometheus_median_s": prom,
+                "ratio_prometheus_over_push": round(prom / push, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -103,13 +103,17 @@ def main():
     args = ap.parse_args()
     import synth
 
-    cases = [(n, lambda n=n: load_real(n)) for n in
-             ("vllm_startup", "sawtooth", "stray", "tp_imbalance", "spike", "staircase")]
+    cases = [
+        (n, lambda n=n: load_real(n))
+        for n in ("vllm_startup", "sawtooth", "stray", "tp_imbalance", "spike", "staircase")
+    ]
     cases += [
         ("synthetic: ramp", lambda: load_synth(lambda: synth.ramp(base=0.3, rate=1.5 * synth.GiB))),
         ("synthetic: rising sawtooth", lambda: load_synth(lambda: synth.sawtooth(trough_step=0.05))),
-        ("synthetic: fine staircase", lambda: load_synth(lambda: synth.staircase(base=0.4, step=1.5 * synth.GiB,
-                                                                                   every=0.8))),
+        (
+            "synthetic: fine staircase",
+            lambda: load_synth(lambda: synth.staircase(base=0.4, step=1.5 * synth.GiB, every=0.8)),
+        ),
         ("synthetic: start at 80%", lambda: load_synth(lambda: synth.startup(0.8), 90)),
     ]
     rows = []
@@ -133,20 +137,25 @@ def main():
         return f"{oom - fire:.1f} s before{at}"
 
     out = []
-    out.append("| trace | real OOM at | `used/total > 0.9 for 1m` | `predict_linear(used[1m], 600) > total` "
-               "| oomwatch |")
+    out.append(
+        "| trace | real OOM at | `used/total > 0.9 for 1m` | `predict_linear(used[1m], 600) > total` | oomwatch |"
+    )
     out.append("|---|---|---|---|---|")
     score = {"thr": [0, 0], "pl": [0, 0], "ow": [0, 0]}
     for name, oom, leak, thr, pl, page in rows:
-        out.append(f"| {name} | {'-' if oom is None else f'{oom:.1f} s'} | {cell(thr, oom, leak)} "
-                   f"| {cell(pl, oom, leak)} | {cell(page, oom, leak)} |")
+        out.append(
+            f"| {name} | {'-' if oom is None else f'{oom:.1f} s'} | {cell(thr, oom, leak)} "
+            f"| {cell(pl, oom, leak)} | {cell(page, oom, leak)} |"
+        )
         for k, f in (("thr", thr), ("pl", pl), ("ow", page)):
             if oom is None and not leak and f is not None:
                 score[k][0] += 1
             if (oom is not None and (f is None or f > oom)) or (oom is None and leak and f is None):
                 score[k][1] += 1
-    out.append(f"| **false alarms / missed** | | {score['thr'][0]} / {score['thr'][1]} | {score['pl'][0]} / "
-               f"{score['pl'][1]} | {score['ow'][0]} / {score['ow'][1]} |")
+    out.append(
+        f"| **false alarms / missed** | | {score['thr'][0]} / {score['thr'][1]} | {score['pl'][0]} / "
+        f"{score['pl'][1]} | {score['ow'][0]} / {score['ow'][1]} |"
+    )
     print(f"Scrape and rule evaluation every {args.scrape:g} s for the two rules; oomwatch on every sample.\n")
     print("\n".join(out))
 

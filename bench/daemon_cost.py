@@ -20,11 +20,10 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import psutil  # noqa: E402
 from traces import ROOT, multi_gpu  # noqa: E402
 
 from daemon.trace import header_line, sample_line  # noqa: E402
-
-import psutil  # noqa: E402
 
 
 def write_trace(path, n_gpus, seconds, procs):
@@ -45,8 +44,12 @@ def free_port():
 
 def measure(trace, seconds):
     port = free_port()
-    p = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--replay", trace, "--loop", "--listen",
-                          f"127.0.0.1:{port}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "daemon", "run", "--replay", trace, "--loop", "--listen", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         for _ in range(100):
@@ -68,9 +71,15 @@ def measure(trace, seconds):
             body = urllib.request.urlopen(url, timeout=5).read()
             lat.append(time.perf_counter() - t0)
             size = len(body)
-        return {"cpu_share": round(cpu, 4), "scrape_median_ms": round(statistics.median(lat) * 1e3, 2),
-                "scrape_p99_ms": round(sorted(lat)[197] * 1e3, 2), "metrics_bytes": size,
-                "rss_mib": round(proc.memory_info().rss / 2**20, 1), "rss_start_mib": round(rss0 / 2**20, 1)}
+        return {
+            "cpu_share": round(cpu, 4),
+            "scrape_median_ms": round(statistics.median(lat) * 1e3, 2),
+            "scrape_p99_ms": round(sorted(lat)[197] * 1e3, 2),
+            "metrics_bytes": size,
+            "rss_mib": round(proc.memory_info().rss / 2**20, 1),
+            "rss_start_mib": round(rss0 / 2**20, 1),
+            "threads": proc.num_threads(),
+        }
     finally:
         p.terminate()
         p.wait(10)
@@ -87,7 +96,7 @@ def main():
             write_trace(path, n, 600, procs)
             out[name] = measure(path, a.seconds)
     base = out["1 GPU"]
-    for k, v in out.items():
+    for v in out.values():
         v["cpu_ratio_vs_1gpu"] = round(v["cpu_share"] / base["cpu_share"], 2) if base["cpu_share"] else None
         v["scrape_ratio_vs_1gpu"] = round(v["scrape_median_ms"] / base["scrape_median_ms"], 2)
     print(json.dumps(out, indent=1))

@@ -15,6 +15,7 @@ Writes OUTDIR/gpu_live.json and prints a table.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -42,7 +43,8 @@ time.sleep(secs)
 """
 STEPS = r"""
 import sys, time, torch
-gpu, step, n, every, hold = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+gpu, step, n = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+every, hold = float(sys.argv[4]), float(sys.argv[5])
 keep = []
 for i in range(n):
     keep.append(torch.empty(int(step * (1 << 30)), dtype=torch.uint8, device=f"cuda:{gpu}"))
@@ -104,8 +106,11 @@ def part_a():
     smi = []
     for _ in range(10):
         t0 = time.perf_counter()
-        subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader"],
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            check=False,
+        )
         smi.append(time.perf_counter() - t0)
     p.kill()
     n = len(gpus)
@@ -164,6 +169,14 @@ def part_b():
     src.close()
 
 
+def read_float(path):
+    """The number a child wrote to `path` (a time stamp), or None when it wrote none."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return float(f.read())
+
+
 def metrics(url):
     try:
         with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
@@ -179,13 +192,29 @@ def part_c():
     url = f"http://127.0.0.1:{port}"
     server = spawn(HOLD, 0, 0.5, 300)
     wait_ready(server)
-    launcher = subprocess.run([PY, "-c", ORPHAN_LAUNCHER, HOLD, "0", "0.1", "300"], capture_output=True, text=True,
-                              timeout=30)
+    launcher = subprocess.run(
+        [PY, "-c", ORPHAN_LAUNCHER, HOLD, "0", "0.1", "300"], capture_output=True, text=True, timeout=30
+    )
     orphan = int(launcher.stdout.split()[0])
     time.sleep(8)  # let the orphan's torch start and allocate
-    log = open(os.path.join(OUT, "daemon.log"), "w")
-    d = subprocess.Popen([PY, "-m", "daemon", "run", "--listen", f"127.0.0.1:{port}", "--server-pid", str(server.pid),
-                          "--flight-dir", os.path.join(OUT, "flight")], cwd=ROOT, stdout=log, stderr=log)
+    with open(os.path.join(OUT, "daemon.log"), "w") as log:  # the daemon keeps its own copy of the descriptor
+        d = subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "daemon",
+                "run",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--server-pid",
+                str(server.pid),
+                "--flight-dir",
+                os.path.join(OUT, "flight"),
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+        )
     for _ in range(100):
         if metrics(url):
             break
@@ -204,15 +233,21 @@ def part_c():
             ("leak_gpu1", r'oomwatch_alert\{alertname="GPUMemoryLeak"[^}]*gpu="1"'),
             ("stray_orphan", rf'oomwatch_alert\{{alertname="GPUStrayProcess"[^}}]*pid="{orphan}"'),
             ("imbalance", r'oomwatch_alert\{alertname="GPUMemoryImbalance"'),
-            ("server_role", rf'oomwatch_gpu_process_memory_bytes\{{gpu="0",pid="{server.pid}",process="[^"]*",role="server"'),
-            ("orphan_role_stray", rf'oomwatch_gpu_process_memory_bytes\{{gpu="0",pid="{orphan}",process="[^"]*",role="stray"'),
+            (
+                "server_role",
+                rf'oomwatch_gpu_process_memory_bytes\{{gpu="0",pid="{server.pid}",process="[^"]*",role="server"',
+            ),
+            (
+                "orphan_role_stray",
+                rf'oomwatch_gpu_process_memory_bytes\{{gpu="0",pid="{orphan}",process="[^"]*",role="stray"',
+            ),
             ("false_stray_server", rf'GPUStrayProcess[^}}]*pid="{server.pid}"'),
             ("false_leak_gpu0", r'oomwatch_alert\{alertname="GPUMemoryLeak"[^}]*gpu="0"'),
         ):
             if key not in seen and re.search(rx, m):
                 seen[key] = now
         daemon_in_procs |= f'pid="{d.pid}"' in m
-        if os.path.exists(oom_file) and "oom_imminent_gpu1" in seen and now - float(open(oom_file).read()) > 3:
+        if os.path.exists(oom_file) and "oom_imminent_gpu1" in seen and now - read_float(oom_file) > 3:
             break
         time.sleep(0.25)
     pynvml.nvmlInit()
@@ -226,12 +261,10 @@ def part_c():
     leak.wait(10)
     for p in (server,):
         p.kill()
-    try:
+    with contextlib.suppress(OSError):
         os.kill(orphan, 9)
-    except OSError:
-        pass
-    t_oom = float(open(oom_file).read()) if os.path.exists(oom_file) else None
-    t_onset = float(open(oom_file + ".onset").read()) if os.path.exists(oom_file + ".onset") else None
+    t_oom = read_float(oom_file)
+    t_onset = read_float(oom_file + ".onset")
     fire = seen.get("oom_imminent_gpu1")
     RESULTS["C"] = {
         "real_oom": t_oom is not None,
@@ -246,7 +279,9 @@ def part_c():
         "leak_on_gpu0_false_alarm": "false_leak_gpu0" in seen,
         "daemon_pid_in_gpu_processes": daemon_in_procs,
         "daemon_last_sample_duration_s": float(cost.group(1)) if cost else None,
-        "flight_files": sorted(os.listdir(os.path.join(OUT, "flight"))) if os.path.isdir(os.path.join(OUT, "flight")) else [],
+        "flight_files": sorted(os.listdir(os.path.join(OUT, "flight")))
+        if os.path.isdir(os.path.join(OUT, "flight"))
+        else [],
     }
 
 
@@ -264,7 +299,7 @@ for part in [f for f in (part_a, part_b, part_c, part_d) if f.__name__[-1] in PA
     t0 = time.time()
     try:
         part()
-    except Exception as e:  # keep going: report what failed
+    except Exception as e:  # noqa: BLE001  # a broken part is a result: report it and run the next
         RESULTS[part.__name__] = {"error": f"{type(e).__name__}: {e}"}
     print(f"{part.__name__} done in {time.time() - t0:.1f} s", flush=True)
 with open(os.path.join(OUT, "gpu_live.json"), "w") as f:

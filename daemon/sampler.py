@@ -1,75 +1,180 @@
-"""The sampler loop: periodic jobs feed the analysis and publish a fresh snapshot for the exporters.
+"""The sampler: periodic jobs poll the sources, feed the analysis and publish a fresh snapshot.
 
-apscheduler runs one job per source (NVML or replay every `--interval`, processes every
+apscheduler runs one job per kind of source (NVML or replay every `--interval`, processes every
 `process_interval`, engines every `engine_interval`, the Alertmanager push every `push_interval`), each
-with `max_instances=1` and coalescing, so a slow call is skipped rather than piled up. A job that fails
-is caught and reported as its source being down; the others go on.
+with `max_instances=1` and coalescing, so a slow call is skipped rather than piled up. Every source is
+driven through the `Source` protocol (`poll(now)`, daemon/sources/base.py) and its records are routed by
+type. A job that fails is caught and reported as its source being down; the others go on.
+
+Sinks (the trace recorder, Alertmanager, flight dumps) report their health separately: a full disk or a
+down Alertmanager is `oomwatch_sink_up{sink} 0` and a log line, never GPUTelemetryDown.
+
+The exporters read only `Sampler.snapshot`, built by `daemon.snapshot.build` under the analysis' lock.
+Suspected OOMs and flight dumps live in daemon/flight.py.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-import os
+import math
 import threading
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from . import snapshot as snap
 from .analysis.analyzer import Analyzer
 from .config import DaemonConfig
-from .model import ProcInfo, Sample, SourceStatus
-from .snapshot import AlertView, GpuView, ProcView, Snapshot
+from .feed import rss_limit
+from .flight import DUMP_ALERTS, FlightDumps, VanishWatch
+from .model import AllocSample, EngineSnapshot, ProcInfo, RssSample, Sample, SourceStatus
+
+__all__ = ["Sampler"]
 
 log = logging.getLogger("oomwatch.sampler")
 
 
 class Sampler:
-    def __init__(self, cfg: DaemonConfig, source, engines=(), scanner=None, recorder=None, pusher=None,
-                 flight=None, server_pids=None):
+    def __init__(
+        self,
+        cfg: DaemonConfig,
+        source: Any,
+        engines: Iterable[Any] = (),
+        scanner: Any = None,
+        recorder: Any = None,
+        pusher: Any = None,
+        flight: Any = None,
+        server_pids: set[int] | None = None,
+        clock: Callable[[], float] | None = None,
+        discovery: Any = None,
+    ):
         self.cfg = cfg
         self.source = source
+        if discovery is None and scanner is not None and getattr(cfg, "engine_discovery", False) and not cfg.replay:
+            from .sources.discovery import EngineDiscovery
+
+            discovery = EngineDiscovery(cfg.engine_url)
+        self.discovery = None if cfg.replay else discovery  # EngineDiscovery: engines found by their ports
         self.engines = list(engines)
-        self.scanner = scanner
+        self.replay = bool(cfg.replay)
+        self.scanner = None if self.replay else scanner  # a replay's trace carries its process descriptions
         self.recorder = recorder
         self.pusher = pusher
-        self.flight = flight
-        self.replay = hasattr(source, "poll")
-        self.analyzer = Analyzer(source.gpus, cfg.analysis, cfg.alerts, server_pids, engines_expected=bool(engines))
+        self.flight = FlightDumps(flight, cfg.flight_dir, source.cards) if flight and cfg.flight_dir else None
+        self.vanish = VanishWatch(cfg.sampler.suspect_oom_fraction)
+        self._clock = clock
+        self.analyzer = Analyzer(
+            source.cards,
+            cfg.analysis,
+            cfg.alerts,
+            server_pids,
+            engines_expected=bool(self.engines) or self.discovery is not None,
+        )
         self._lock = threading.Lock()
-        self.snapshot = Snapshot(started_at=time.time())
+        self.snapshot = snap.Snapshot(started_at=time.time())
         self._wall_offset = time.time() - time.monotonic()
         self._replay_t0, self._replay_wall0 = 0.0, time.time()
-        self._last_pids: dict[int, set[int]] = {}
-        self.suspected_ooms = 0
-        self.flight_files: list[str] = []
-        self._sched = None
+        self._sched: Any = None
         self._sample_cost: float | None = None
         self._analysis_cost: float | None = None
         self._sources: dict[str, SourceStatus] = {}
+        self._sinks: dict[str, SourceStatus] = {}
+        self._history: dict[int, tuple[snap.History, ...]] = {}
+        self._history_t: dict[str, float] = {}  # when each window was last copied (analysis time)
+        self._replay_over = False  # a replay without --loop has ended (see `_end_replay`)
+        self.allocator = None  # the allocator probes' directory (daemon/sources/allocator.py)
+        if cfg.probe_dir and not self.replay:
+            from .sources.allocator import AllocatorSource
+
+            self.allocator = AllocatorSource(source.cards, cfg.probe_dir)
+
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else time.monotonic()
 
     # ---- jobs ----------------------------------------------------------------------------------
     def sample_job(self) -> None:
         try:
-            if self.replay:
-                items = self.source.poll()
-                self._sample_cost = 0.0
-            else:
-                t0 = time.perf_counter()
-                items = [self.source.read()]
-                self._sample_cost = time.perf_counter() - t0
-            self._sources[self.source.name] = self.source.status
-            for it in items:
-                if isinstance(it, Sample):
-                    self._ingest(it)
-                elif isinstance(it, ProcInfo):
-                    with self._lock:
-                        self.analyzer.add_proc(it)
-                    if self.flight:
-                        self.flight.add_proc(self.analyzer.now or 0.0, it)
-            if self.replay and self.source.finished and not self.cfg.loop and self.analyzer.now is not None:
-                self._publish()
+            t0 = time.perf_counter()
+            records = self.source.poll(self._now())
+            self._sample_cost = 0.0 if self.replay else time.perf_counter() - t0
+            if not self._replay_over:
+                self._sources[self.source.name] = self.source.status
+            self._route(records)
+            if self.replay and getattr(self.source, "finished", False) and not self.cfg.loop and not self._replay_over:
+                self._end_replay()
         except Exception as e:  # noqa: BLE001 - a failing cycle is reported, never fatal
             log.exception("sample cycle failed")
             self._sources[self.source.name] = SourceStatus(self.source.name, False, f"{type(e).__name__}: {e}")
             self._publish()
+
+    def _end_replay(self) -> None:
+        """A replay without --loop has ended: say so once, resolve what still fires (Alertmanager gets the
+        resolves) and mark the source down with its reason; /metrics keeps serving the last state."""
+        self._replay_over = True
+        st = self.source.status
+        self._sources[self.source.name] = st if not st.up else SourceStatus(self.source.name, False, "trace ended")
+        with self._lock:
+            now = self.analyzer.now
+            trans = self.analyzer.end_input()
+        for tr in trans:
+            self._on_transition(tr)
+        self._publish()
+        log.info(
+            "replay of %s ended at t=%.1f s after %d samples%s; still serving the last state",
+            self.cfg.replay,
+            now or 0.0,
+            self.analyzer.samples,
+            f", {len(trans)} alert(s) resolved" if trans else "",
+        )
+
+    def _route(self, records: Iterable[object]) -> None:
+        """Hand each record to whatever takes its type."""
+        for rec in records:
+            if isinstance(rec, Sample):
+                self._ingest(rec)
+            elif isinstance(rec, ProcInfo):
+                self._add_proc(rec)
+            elif isinstance(rec, RssSample):
+                self._add_rss(rec)
+            elif isinstance(rec, tuple):  # a replayed `alloc` line
+                self._add_alloc([a for a in rec if isinstance(a, AllocSample)])
+            else:
+                log.debug("no route for a %s record", type(rec).__name__)
+
+    def _add_proc(self, p: ProcInfo, record: bool = False) -> None:
+        with self._lock:
+            self.analyzer.add_proc(p)
+            t = self.analyzer.now or 0.0
+        if record and self.recorder:
+            self.recorder.proc(t, p)
+        if self.flight:
+            self.flight.add_proc(t, p)
+
+    def _add_alloc(self, samples: list[AllocSample]) -> None:
+        with self._lock:
+            for a in samples:
+                self.analyzer.add_alloc(a)
+        if self.recorder and samples and hasattr(self.recorder, "alloc"):
+            self.recorder.alloc(samples[0].t, samples)
+
+    def allocator_job(self) -> None:
+        """Read the allocator probes' files (one per server process that runs the probe)."""
+        src = self.allocator
+        if src is None:  # scheduled only with an allocator source
+            return
+        try:
+            self._add_alloc(src.poll(self._now()))
+            self._sources[src.name] = src.status
+        except Exception as e:  # noqa: BLE001
+            log.exception("allocator probe read failed")
+            self._sources[src.name] = SourceStatus(src.name, False, str(e))
+
+    def _add_rss(self, r: RssSample) -> None:
+        with self._lock:
+            self.analyzer.add_rss(r.t, r.rss, rss_limit(r))
+        if self.recorder:
+            self.recorder.rss(r)
 
     def _ingest(self, s: Sample) -> None:
         if not self.replay:
@@ -78,16 +183,18 @@ class Sampler:
             self._replay_t0, self._replay_wall0 = s.t, time.time()
         if self.recorder:
             self.recorder.sample(s)
-            self._sources["recorder"] = self.recorder.status
+            self._sinks[self.recorder.name] = self.recorder.status
         if self.flight:
             self.flight.add(s)
         t0 = time.perf_counter()
         with self._lock:
-            self._check_vanished(s)
-            for name, st in self._sources.items():
+            vanished = self.vanish.check(s, self.analyzer)
+            for st in self._sources.values():
                 self.analyzer.set_source(st)
             trans = self.analyzer.add_sample(s)
         self._analysis_cost = time.perf_counter() - t0
+        for gpu in vanished:
+            self._dump(f"suspected-oom-gpu{gpu}")
         for tr in trans:
             self._on_transition(tr)
         self._publish()
@@ -95,82 +202,77 @@ class Sampler:
             # page now, not at the next push tick
             job = self._sched.get_job("push")
             if job is not None:
-                job.modify(next_run_time=_now())
-
-    def _check_vanished(self, s: Sample) -> None:
-        """A server process gone while its card was nearly full: a suspected OOM (event and metric)."""
-        for g in s.gpus:
-            pids = {p for p, _ in g.procs}
-            before = self._last_pids.get(g.index, set())
-            gone = before - pids
-            st = self.analyzer.gpus.get(g.index)
-            if gone and st is not None:
-                v = st.verdict
-                full = max(v.peak_bytes, v.floor_bytes) >= 0.9 * st.capacity_bytes
-                if full and any(self.analyzer.roles.get(p) and self.analyzer.roles[p].role == "server" for p in gone):
-                    self.suspected_ooms += 1
-                    log.warning("GPU %s: server process %s vanished while the card was nearly full", g.index, gone)
-                    self._dump(f"suspected-oom-gpu{g.index}")
-            self._last_pids[g.index] = pids
+                job.modify(next_run_time=_utcnow())
 
     def _dump(self, reason: str) -> str | None:
-        if not (self.flight and self.cfg.flight_dir):
+        if not self.flight:
             return None
-        try:
-            os.makedirs(self.cfg.flight_dir, exist_ok=True)
-            path = os.path.join(self.cfg.flight_dir, f"oomwatch-{time.strftime('%Y%m%dT%H%M%S')}-{reason}.jsonl")
-            # Copy now (cheap), write in the background: a 15-minute dump must not stall sampling.
-            frozen = self.flight.frozen()
-            threading.Thread(target=self._write_dump, args=(frozen, path, reason), daemon=True).start()
-            self.flight_files.append(path)
-            return path
-        except OSError as e:
-            log.error("flight recorder could not write: %s", e)
-            return None
+        path = self.flight.dump(reason)
+        self._sinks[self.flight.name] = self.flight.status
+        return path
 
-    def _write_dump(self, frozen, path, reason) -> None:
-        try:
-            frozen.dump(path, self.source.gpus, reason)
-        except OSError as e:
-            log.error("flight recorder could not write %s: %s", path, e)
-
-    def _on_transition(self, tr) -> None:
+    def _on_transition(self, tr: Any) -> None:
         a = tr.alert
-        log.warning("%s %s %s", a.alertname, tr.state, a.summary)
-        if tr.state == "firing" and a.alertname in ("GPUOOMImminent", "GPUMemoryLeak", "GPUMemorySpikeRisk"):
+        # a page is a warning; its end is ordinary news
+        log.log(logging.WARNING if tr.state == "firing" else logging.INFO, "%s %s %s", a.alertname, tr.state, a.summary)
+        if tr.state == "firing" and a.alertname in DUMP_ALERTS:
             path = self._dump(a.alertname)
             if path:
-                a.annotations["trace"] = path
+                with self._lock:
+                    a.annotations["trace"] = path
         if tr.state == "resolved" and self.pusher:
-            self.pusher.resolved(self._alert_view(a), time.time(), self.mono_to_wall)
+            with self._lock:
+                view = snap.alert_view(a, self.mono_to_wall)
+            self.pusher.resolved(view, time.time())
 
     def process_job(self) -> None:
-        if not self.scanner or self.replay:
+        if not self.scanner:
             return
         try:
             with self._lock:
                 pids = {p for st in self.analyzer.gpus.values() if st.sample for p, _ in st.sample.procs}
-            changed = self.scanner.scan(pids)
-            with self._lock:
-                for p in changed:
-                    self.analyzer.add_proc(p)
-            if self.recorder:
-                for p in changed:
-                    if p.pid in pids:
-                        self.recorder.proc(self.analyzer.now or 0.0, p)
-            if self.flight:
-                for p in changed:
-                    self.flight.add_proc(self.analyzer.now or 0.0, p)
-            self._sources["processes"] = self.scanner.status
+            self.scanner.watch(pids)
+            for p in self.scanner.poll(self._now()):
+                if isinstance(p, RssSample):
+                    self._add_rss(p)
+                else:  # holders and their parents: a trace carries the whole server tree
+                    self._add_proc(p, record=True)
+            self._sources[self.scanner.name] = self.scanner.status
+            if self.discovery is not None:
+                self._discover()
         except Exception as e:  # noqa: BLE001
             log.exception("process scan failed")
-            self._sources["processes"] = SourceStatus("processes", False, str(e))
+            self._sources[self.scanner.name] = SourceStatus(self.scanner.name, False, str(e))
+
+    def _discover(self) -> None:
+        """Probe new or changed server groups for their engine; a found engine counts as `--engine-url`."""
+        from .analysis.processes import group_members
+
+        if self.discovery is None:  # called only with discovery on
+            return
+        with self._lock:
+            groups = group_members(self.analyzer.roles, self.analyzer.procs)
+        new, gone = self.discovery.update(groups)
+        for d in gone:
+            log.warning("server group %s is gone; no longer scraping %s", d.group, d.source.url)
+            self.engines = [e for e in self.engines if e is not d.source]
+            self._sources.pop(d.source.name, None)
+            d.source.close()
+            with self._lock:
+                self.analyzer.server_pids.discard(d.pid)  # a reused PID must not be taken for the server
+        for d in new:
+            self.engines = [*self.engines, d.source]
+            with self._lock:
+                self.analyzer.server_pids.add(d.pid)
+        if new and self._sched is not None and self._sched.get_job("engines") is not None:
+            self._sched.get_job("engines").modify(next_run_time=_utcnow())
 
     def engine_job(self) -> None:
-        snaps = []
+        snaps: list[EngineSnapshot] = []
+        now = self._now()
         for e in self.engines:
             try:
-                snaps.append(e.scrape())
+                snaps += [r for r in e.poll(now) if isinstance(r, EngineSnapshot)]
             except Exception as ex:  # noqa: BLE001 - EngineSource never raises; belt and braces
                 log.exception("engine scrape failed")
                 e.status = SourceStatus(e.name, False, str(ex))
@@ -181,10 +283,13 @@ class Sampler:
     def push_job(self) -> None:
         if not self.pusher:
             return
-        snap = self.snapshot
-        self.pusher.push([a for a in snap.alerts if a.state == "firing"], time.time(), self.mono_to_wall)
-        for url, st in self.pusher.status.items():
-            self._sources[st.name] = st
+        self.pusher.push([a for a in self.snapshot.alerts if a.state == "firing"], time.time())
+        changed = False
+        for st in self.pusher.status.values():
+            changed |= self._sinks.get(st.name) != st
+            self._sinks[st.name] = st
+        if changed:  # a sink's health shows even when no sample comes (a replay that has ended)
+            self._publish()
 
     # ---- snapshot ------------------------------------------------------------------------------
     def mono_to_wall(self, t: float) -> float:
@@ -192,60 +297,67 @@ class Sampler:
             return self._replay_wall0 + (t - self._replay_t0) / self.cfg.speed
         return self._wall_offset + t
 
-    @staticmethod
-    def _alert_view(a) -> AlertView:
-        return AlertView(a.all_labels(), a.all_annotations(), a.state, a.active_since, a.fired_at, a.eta_seconds)
+    def _refresh_history(self, now: float) -> None:
+        """Copy the windows that are due: each at most once per point it shows (15 min / 600 points: every
+        1.5 s; 7 days: every 17 min), and never more often than `history_refresh_s`. A window still empty is
+        due at that pace, so a new card's long windows fill from its first minutes."""
+        sc = self.cfg.sampler
+        empty = {h.window for hs in self._history.values() for h in hs if not h.t}
+        due = [
+            (name, secs)
+            for name, secs in sc.history_windows
+            if not (
+                0.0
+                <= now - self._history_t.get(name, -math.inf)
+                < (sc.history_refresh_s if name in empty else max(sc.history_refresh_s, secs / sc.history_points))
+            )
+        ]
+        if not due:
+            return
+        for idx, fresh in snap.histories(self.analyzer, due, sc.history_points).items():
+            have = {h.window: h for h in self._history.get(idx, ())}
+            have.update((h.window, h) for h in fresh)
+            self._history[idx] = tuple(have[name] for name, _ in sc.history_windows if name in have)
+        for name, _ in due:
+            self._history_t[name] = now
 
     def _publish(self) -> None:
-        an = self.analyzer
         with self._lock:
-            gpus = tuple(
-                GpuView(st.info, st.sample, st.verdict, st.capacity_bytes, st.budget_bytes) for st in an.gpus.values()
-            )
-            procs = []
-            for st in an.gpus.values():
-                for pid, b in st.sample.procs if st.sample else ():
-                    info = an.procs.get(pid)
-                    role = an.roles.get(pid)
-                    procs.append(ProcView(str(st.info.index), pid, b, info.name if info else "",
-                                          role.role if role else "other",
-                                          " ".join(info.cmdline) if info else "", role.why if role else ""))
-            alerts = tuple(self._alert_view(a) for a in an.book.alerts.values() if a.state != "resolved")
-            sources = tuple(self._sources.values())
-            engines = tuple(e.last for e in self.engines)
-            self.snapshot = Snapshot(
-                t=an.now, gpus=gpus, procs=tuple(procs), alerts=alerts, sources=sources, engines=engines,
-                findings=tuple(an.findings), samples_total=an.samples,
-                sample_duration_seconds=self._sample_cost, analysis_duration_seconds=self._analysis_cost,
+            an = self.analyzer
+            if an.now is not None:
+                self._refresh_history(an.now)
+            self.snapshot = snap.build(
+                an,
+                to_wall=self.mono_to_wall,
+                sources=self._sources.values(),
+                sinks=self._sinks.values(),
+                engines=[e.last for e in self.engines],
+                history=self._history,
+                suspected_ooms=self.vanish.count,
+                flight_dumps=self.flight.count if self.flight else 0,
+                sample_duration_seconds=self._sample_cost,
+                analysis_duration_seconds=self._analysis_cost,
                 started_at=self.snapshot.started_at,
+                allocs=an.alloc.views(
+                    {st.info.uuid: st.info.index for st in an.gpus.values()},
+                    {pid: r.role for pid, r in an.roles.items()},
+                ),
             )
-
-    def history(self, gpu: int, seconds: float = 900.0):
-        """(t, used) of one card for the status page, from the analysis buckets."""
-        with self._lock:
-            st = self.analyzer.gpus.get(gpu)
-            if st is None:
-                return [], []
-            t, _, mx, _ = st.series.arrays()
-        if len(t) == 0:
-            return [], []
-        keep = t >= t[-1] - seconds
-        return t[keep].tolist(), mx[keep].tolist()
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
 
         sch = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
-        sch.add_job(self.sample_job, "interval", seconds=self.cfg.interval, id="sample", next_run_time=_now())
-        if self.scanner and not self.replay:
-            sch.add_job(self.process_job, "interval", seconds=self.cfg.process_interval, id="processes",
-                        next_run_time=_now())
-        if self.engines:
-            sch.add_job(self.engine_job, "interval", seconds=self.cfg.engine_interval, id="engines",
-                        next_run_time=_now())
+        sch.add_job(self.sample_job, _every(self.cfg.interval), id="sample", next_run_time=_utcnow())
+        if self.scanner:
+            sch.add_job(self.process_job, _every(self.cfg.process_interval), id="processes", next_run_time=_utcnow())
+        if self.engines or self.discovery is not None:
+            sch.add_job(self.engine_job, _every(self.cfg.engine_interval), id="engines", next_run_time=_utcnow())
         if self.pusher:
-            sch.add_job(self.push_job, "interval", seconds=self.cfg.push_interval, id="push")
+            sch.add_job(self.push_job, _every(self.cfg.push_interval), id="push")
+        if self.allocator:
+            sch.add_job(self.allocator_job, _every(self.cfg.probe_interval), id="allocator", next_run_time=_utcnow())
         sch.start()
         self._sched = sch
 
@@ -255,8 +367,12 @@ class Sampler:
             self._sched = None
         if self.recorder:
             self.recorder.close()
+        if self.flight:
+            self.flight.join()
         for e in self.engines:
             e.close()
+        if self.scanner:
+            self.scanner.close()
         if self.pusher:
             try:
                 self.push_job()
@@ -264,7 +380,13 @@ class Sampler:
                 self.pusher.close()
 
 
-def _now():
-    import datetime as dt
+def _every(seconds: float) -> Any:
+    """An interval trigger as an object, not the "interval" alias: the alias is looked up through package
+    metadata (entry points), which a vendored or zipped install may not carry."""
+    from apscheduler.triggers.interval import IntervalTrigger
 
+    return IntervalTrigger(seconds=seconds)
+
+
+def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)

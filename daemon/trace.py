@@ -8,17 +8,25 @@ never leak into its verdict. Writing is used by the recorder and the flight reco
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import logging
+import os
+import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from .model import GpuInfo, GpuSample, ProcInfo, Sample
+from .errors import TraceError  # one line for the user; defined with the other user errors
+from .model import AllocSample, GpuInfo, GpuSample, ProcInfo, RssSample, Sample
 from .redact import short_cmdline
 
 FORMAT = "gpu-memory-trace/1"
+MAX_HEADER_CHARS = 1 << 20  # a header is a few hundred bytes; a first line longer than this is not one
 
+log = logging.getLogger("oomwatch.trace")
 
-class TraceError(ValueError):
-    """A trace that cannot be read; the message is one line meant for the user."""
+#: What one line of a trace reads as: a card sample, a process description, a host-memory scan, or the
+#: allocator probe's readings (one per process and card).
+Record = Sample | ProcInfo | RssSample | tuple[AllocSample, ...]
 
 
 @dataclass(frozen=True)
@@ -32,27 +40,29 @@ def parse_header(line: str, where: str = "trace") -> TraceHeader:
     try:
         obj = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TraceError(f"{where}: line 1 is not JSON ({e.msg})") from None
+        raise TraceError(
+            f"{where}: line 1 is not JSON ({e.msg if isinstance(e, json.JSONDecodeError) else e})"
+        ) from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise TraceError(f"{where}: not a {FORMAT} file (line 1 has no \"format\": \"{FORMAT}\")")
+        raise TraceError(f'{where}: not a {FORMAT} file (line 1 has no "format": "{FORMAT}")')
     try:
         gpus = tuple(
             GpuInfo(int(g["index"]), str(g.get("name", "")), str(g.get("uuid", "")), int(g["total"]))
             for g in obj["gpus"]
         )
     except (KeyError, TypeError, ValueError):
-        raise TraceError(f"{where}: header has no valid \"gpus\" list (index and total per card)") from None
+        raise TraceError(f'{where}: header has no valid "gpus" list (index and total per card)') from None
     if not gpus:
         raise TraceError(f"{where}: header lists no GPU")
     hz = obj.get("sample_hz")
     return TraceHeader(gpus, float(hz) if isinstance(hz, (int, float)) else None, obj.get("driver"))
 
 
-def _opt_int(v):
+def _opt_int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
-def parse_line(obj: dict):
+def parse_line(obj: dict[str, Any]) -> Record | None:
     """A `Sample`, a `ProcInfo`, or None for any line the analysis must not read."""
     if "gpus" in obj and "t" in obj:
         gpus = []
@@ -80,22 +90,57 @@ def parse_line(obj: dict):
             username=obj.get("username"),
             libtorch_cuda=obj.get("libtorch_cuda"),
             libcudart=obj.get("libcudart"),
+            pgid=_opt_int(obj.get("pgid")),
+            rss_bytes=_opt_int(obj.get("rss")),
+        )
+    if "alloc" in obj and "t" in obj and isinstance(obj["alloc"], list):
+        # The allocator probe's readings: a tuple of AllocSample, one per (process, card).
+        t = float(obj["t"])
+        return tuple(
+            AllocSample(
+                t,
+                int(a["pid"]),
+                str(a["uuid"]),
+                int(a["allocated"]),
+                int(a["reserved"]),
+                _opt_int(a.get("inactive_split")),
+                _opt_int(a.get("retries")),
+                _opt_int(a.get("ooms")),
+            )
+            for a in obj["alloc"]
+        )
+    if "rss" in obj and "t" in obj and isinstance(obj["rss"], list):
+        lim: dict[str, Any] = obj["limit"] if isinstance(obj.get("limit"), dict) else {}
+        return RssSample(
+            float(obj["t"]),
+            tuple((int(p[0]), int(p[1])) for p in obj["rss"]),
+            _opt_int(lim.get("bytes")),
+            _opt_int(lim.get("used")),
+            lim.get("source"),
         )
     return None
 
 
-def read_trace(path: str) -> tuple[TraceHeader, Iterator[tuple[float, object]]]:
+def read_trace(path: str, warn: bool = True) -> tuple[TraceHeader, Iterator[tuple[float, object]]]:
     """Open a trace: its header now (errors raise `TraceError`), then (t, Sample|ProcInfo) lazily.
 
-    A last line cut in half (a recorder killed mid-write) ends the trace quietly; a broken line in the
-    middle is an error with its line number.
+    `path` may name a bundled trace (`example:staircase`). A last line cut in half (a recorder killed
+    mid-write) ends the trace with one warning (unless `warn` is false), so a cut trace is never reported
+    as silently complete; a broken line in the middle is an error with its line number.
     """
+    from . import bundled
+
+    path = bundled.resolve(path)
     try:
-        f = open(path, encoding="utf-8")
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a folder, a device, a pipe: would block or never end
+            raise TraceError(f"cannot read trace {path}: not a regular file")
+        f = open(path, encoding="utf-8")  # noqa: SIM115  # records() below owns the file and closes it
     except OSError as e:
         raise TraceError(f"cannot read trace {path}: {e.strerror or e}") from None
+    except ValueError as e:  # an embedded NUL in the path
+        raise TraceError(f"cannot read trace {path!r}: {e}") from None
     try:
-        first = f.readline()
+        first = f.readline(MAX_HEADER_CHARS)
     except (OSError, UnicodeDecodeError) as e:
         f.close()
         raise TraceError(f"cannot read trace {path}: {e}") from None
@@ -108,34 +153,42 @@ def read_trace(path: str) -> tuple[TraceHeader, Iterator[tuple[float, object]]]:
         f.close()
         raise
 
-    def records():
+    def records() -> Iterator[tuple[float, Record]]:
         with f:
             lineno = 1
-            pending_error = None
+            bad_line = 0  # a malformed line: an error unless it turns out to be the last one
+            last_t = None
             try:
                 for line in f:
                     lineno += 1
-                    if pending_error:
-                        raise TraceError(pending_error)
                     if not line.strip():
                         continue
+                    if bad_line:
+                        raise TraceError(f"{path}:{bad_line}: malformed line")
                     try:
                         obj = json.loads(line)
                         rec = parse_line(obj) if isinstance(obj, dict) else None
-                    except (json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
-                        # Tolerated only if it is the last line (cut mid-write).
-                        pending_error = f"{path}:{lineno}: malformed line"
+                        if rec is not None:
+                            t = rec.t if isinstance(rec, (Sample, RssSample)) else float(obj.get("t", 0.0))
+                    except (json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError, OverflowError):
+                        bad_line = lineno
                         continue
                     if rec is not None:
-                        yield (rec.t if isinstance(rec, Sample) else float(obj.get("t", 0.0))), rec
+                        last_t = t
+                        yield t, rec
             except UnicodeDecodeError:
                 raise TraceError(f"{path}:{lineno}: not UTF-8 text") from None
+            if bad_line and warn:
+                upto = "nothing" if last_t is None else f"t={last_t:.2f} s"
+                log.warning("%s ends with a truncated line at %d; analysed up to %s", path, bad_line, upto)
 
     return header, records()
 
 
-def header_line(gpus, sample_hz: float | None = None, driver: str | None = None, **extra) -> str:
-    obj = {"format": FORMAT}
+def header_line(
+    gpus: Iterable[GpuInfo], sample_hz: float | None = None, driver: str | None = None, **extra: Any
+) -> str:
+    obj: dict[str, Any] = {"format": FORMAT}
     if sample_hz:
         obj["sample_hz"] = sample_hz
     if driver:
@@ -177,5 +230,37 @@ def proc_line(t: float, p: ProcInfo) -> str:
             "username": p.username,
             "libtorch_cuda": p.libtorch_cuda,
             "libcudart": p.libcudart,
+            **({"pgid": p.pgid} if p.pgid is not None else {}),
+            **({"rss": p.rss_bytes} if p.rss_bytes is not None else {}),
+        }
+    )
+
+
+def rss_line(r: RssSample) -> str:
+    """One process scan's resident host memory: `{"t", "rss": [[pid, bytes], ...]}`, and the memory limit
+    the servers live under when known (`"limit": {"bytes", "used", "source": "cgroup"|"host"}`)."""
+    obj: dict[str, Any] = {"t": round(r.t, 4), "rss": [[int(p), int(b)] for p, b in r.rss]}
+    if r.limit_bytes is not None:
+        obj["limit"] = {"bytes": r.limit_bytes, "used": r.limit_used_bytes, "source": r.limit_source}
+    return json.dumps(obj)
+
+
+def alloc_line(t: float, samples: Iterable[AllocSample]) -> str:
+    """One `alloc` line: the allocator probe's readings (AllocSample) at trace time `t`."""
+    return json.dumps(
+        {
+            "t": round(t, 4),
+            "alloc": [
+                {
+                    "pid": a.pid,
+                    "uuid": a.uuid,
+                    "allocated": a.allocated_bytes,
+                    "reserved": a.reserved_bytes,
+                    "inactive_split": a.inactive_split_bytes,
+                    "retries": a.alloc_retries,
+                    "ooms": a.ooms,
+                }
+                for a in samples
+            ],
         }
     )

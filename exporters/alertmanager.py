@@ -3,7 +3,11 @@
 Like Prometheus does: every firing alert is re-sent each push with `endsAt` a few intervals ahead (so
 Alertmanager resolves it by itself if oomwatch dies), and a resolve is sent with `endsAt` = now. Every
 configured Alertmanager (an HA pair) gets every alert. A push that fails (down, slow, 5xx) is retried
-next round with backoff; resolves are kept until delivered; the daemon never waits on it.
+next round with backoff; resolves are kept until delivered; the daemon never waits on it. Its numbers
+(timeout, backoff, endsAt) are `daemon.config.PushTiming`.
+
+Alertmanager is a sink: its health is `oomwatch_sink_up{sink="alertmanager:URL"}` and a log line, never a
+telemetry alert. Alert times come from the snapshot's AlertViews, already on the wall clock.
 """
 
 from __future__ import annotations
@@ -11,8 +15,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from daemon.config import PushTiming
 from daemon.model import SourceStatus
+
+if TYPE_CHECKING:
+    import httpx
+
+    from daemon.snapshot import AlertView
 
 log = logging.getLogger("oomwatch.alertmanager")
 
@@ -21,7 +33,12 @@ def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def alert_payload(labels: dict, annotations: dict, starts_wall: float, ends_wall: float, generator_url: str) -> dict:
+__all__ = ["AlertmanagerPusher", "alert_payload"]
+
+
+def alert_payload(
+    labels: Mapping[str, Any], annotations: Mapping[str, Any], starts_wall: float, ends_wall: float, generator_url: str
+) -> dict[str, Any]:
     return {
         "labels": {k: str(v) for k, v in labels.items() if v not in (None, "")},
         "annotations": {k: str(v) for k, v in annotations.items() if v not in (None, "")},
@@ -32,34 +49,54 @@ def alert_payload(labels: dict, annotations: dict, starts_wall: float, ends_wall
 
 
 class AlertmanagerPusher:
-    def __init__(self, urls, generator_url: str = "http://localhost/", interval_s: float = 1.0,
-                 timeout_s: float = 2.0, client=None):
+    """A sink: each URL's health is `status[url]` (`oomwatch_sink_up`), never a telemetry alert."""
+
+    def __init__(
+        self,
+        urls: Iterable[str],
+        generator_url: str = "http://localhost/",
+        interval_s: float = 1.0,
+        timeout_s: float | None = None,
+        client: httpx.Client | None = None,
+        timing: PushTiming | None = None,
+    ):
         import httpx
 
-        self.urls = [u.rstrip("/") + ("" if u.rstrip("/").endswith("/api/v2/alerts") else "/api/v2/alerts")
-                     for u in urls]
+        self.timing = timing or PushTiming()
+        self.urls = [
+            u.rstrip("/") + ("" if u.rstrip("/").endswith("/api/v2/alerts") else "/api/v2/alerts") for u in urls
+        ]
         self.generator_url = generator_url
         self.interval_s = interval_s
-        self._client = client or httpx.Client(timeout=timeout_s)
-        self._resolved: dict[tuple, dict] = {}  # resolves not yet delivered everywhere
+        self._client = client or httpx.Client(timeout=self.timing.timeout_s if timeout_s is None else timeout_s)
+        self._resolved: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}  # resolves not yet delivered everywhere
         self._failures: dict[str, int] = {u: 0 for u in self.urls}
         self._next_try: dict[str, float] = {u: 0.0 for u in self.urls}
         self.status = {u: SourceStatus(f"alertmanager:{u}", True) for u in self.urls}
-        self.delivered = 0
 
-    def resolved(self, alert_view, wall_now: float, mono_to_wall) -> None:
+    def resolved(self, alert_view: AlertView, wall_now: float) -> None:
+        """Queue the resolve of one alert (an AlertView with wall-clock times) until every URL has it."""
         key = tuple(sorted(alert_view.labels.items()))
         self._resolved[key] = alert_payload(
-            alert_view.labels, alert_view.annotations, mono_to_wall(alert_view.active_since), wall_now,
+            alert_view.labels,
+            alert_view.annotations,
+            _wall(alert_view.active_since_wall, wall_now),
+            wall_now,
             self.generator_url,
         )
 
-    def push(self, firing, wall_now: float, mono_to_wall) -> None:
-        """Send the current firing alerts plus undelivered resolves to every Alertmanager."""
-        ends = wall_now + max(4 * self.interval_s, 60.0)
+    def push(self, firing: Iterable[AlertView], wall_now: float) -> None:
+        """Send the current firing alerts (AlertViews) plus undelivered resolves to every Alertmanager."""
+        tm = self.timing
+        ends = wall_now + max(tm.ends_at_intervals * self.interval_s, tm.ends_at_min_s)
         body = [
-            alert_payload(a.labels, a.annotations, mono_to_wall(a.fired_at or a.active_since), ends,
-                          self.generator_url)
+            alert_payload(
+                a.labels,
+                a.annotations,
+                _wall(a.fired_at_wall or a.active_since_wall, wall_now),
+                ends,
+                self.generator_url,
+            )
             for a in firing
         ]
         resolves = list(self._resolved.values())
@@ -81,14 +118,18 @@ class AlertmanagerPusher:
             self.status[url] = SourceStatus(f"alertmanager:{url}", ok, err, dur)
             if ok:
                 self._failures[url] = 0
-                self.delivered += len(body) + len(resolves)
             else:
                 all_ok = False
                 n = self._failures[url] = self._failures[url] + 1
-                self._next_try[url] = time.monotonic() + min(30.0, self.interval_s * 2 ** min(n, 5))
+                backoff = self.interval_s * 2 ** min(n, tm.backoff_max_doublings)
+                self._next_try[url] = time.monotonic() + min(tm.backoff_max_s, backoff)
                 log.warning("Alertmanager %s: %s (retrying)", url, err)
         if all_ok:
             self._resolved.clear()
 
-    def close(self):
+    def close(self) -> None:
         self._client.close()
+
+
+def _wall(t: float | None, default: float) -> float:
+    return default if t is None else t

@@ -1,22 +1,36 @@
 """Prometheus exposition: one collector over the sampler's latest snapshot, and the HTTP server.
 
 Nothing is kept between scrapes (client_python's custom-collector pattern): each scrape yields fresh
-families from one immutable `Snapshot`. `describe()` is given so registering touches no NVML. Labels are
-bounded: processes carry `pid`, a short process name and a role, never a command line, and the process
-list is capped at `MAX_PROCS` per card (largest holders first).
+families from one immutable `Snapshot`, section by section (`SECTIONS`): a section that fails is left out
+of that scrape and counted in `oomwatch_exporter_errors_total{section}`, the others are served.
+`describe()` is given so registering touches no NVML. Labels are bounded: processes carry `pid`, a short
+process name and a role, never a command line, and the process list is capped at `MAX_PROCS` per card
+(largest holders first).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, CounterMetricFamily, StateSetMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, StateSetMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
 
-from daemon.analysis.curve import SHAPES
+from daemon.words import SHAPES
+
+if TYPE_CHECKING:
+    from daemon.snapshot import Snapshot
+
+Families = Iterator[Metric]
+Route = Callable[[], tuple[str, bytes]]  # a page: () -> (content type, body)
+
+__all__ = ["MAX_PROCS", "SECTIONS", "OomwatchCollector", "make_registry", "serve"]
 
 log = logging.getLogger("oomwatch.http")
 MAX_PROCS = 32
@@ -26,13 +40,25 @@ _FAMILIES = [
     ("oomwatch_gpu_memory_used_bytes", "Memory in use on the card (NVML memory info v2).", "gauge"),
     ("oomwatch_gpu_memory_free_bytes", "Memory free on the card.", "gauge"),
     ("oomwatch_gpu_memory_reserved_bytes", "Memory the driver reserves (not usable).", "gauge"),
-    ("oomwatch_gpu_memory_floor_bytes", "Memory held for the hold time: the kept floor (a sawtooth's trough).", "gauge"),
+    (
+        "oomwatch_gpu_memory_floor_bytes",
+        "Memory held for the hold time: the kept floor (a sawtooth's trough).",
+        "gauge",
+    ),
     ("oomwatch_gpu_memory_budget_bytes", "The engine's budget line: gpu_memory_utilization x total.", "gauge"),
     ("oomwatch_gpu_utilization_ratio", "GPU compute utilisation (0..1).", "gauge"),
     ("oomwatch_gpu_process_memory_bytes", "Memory held by a process on a card, with its role.", "gauge"),
-    ("oomwatch_gpu_memory_leak_bytes_per_second", "Growth rate of the kept floor after warm-up (0 when no leak).", "gauge"),
+    (
+        "oomwatch_gpu_memory_leak_bytes_per_second",
+        "Growth rate of the kept floor after warm-up (0 when no leak).",
+        "gauge",
+    ),
     ("oomwatch_gpu_memory_leak_confidence", "Confidence of the leak fit (0..1).", "gauge"),
-    ("oomwatch_gpu_oom_eta_seconds", "Seconds until the card is full at the current leak rate (absent when no leak).", "gauge"),
+    (
+        "oomwatch_gpu_oom_eta_seconds",
+        "Seconds until the card is full at the current leak rate (absent when no leak).",
+        "gauge",
+    ),
     ("oomwatch_gpu_memory_spike_height_bytes", "Tallest recent transient above the floor.", "gauge"),
     ("oomwatch_gpu_memory_headroom_bytes", "Capacity minus the kept floor.", "gauge"),
     ("oomwatch_gpu_memory_shape", "The curve's shape now.", "stateset"),
@@ -49,18 +75,72 @@ _FAMILIES = [
     ("oomwatch_sample_duration_seconds", "Time of the last NVML sample of all cards.", "gauge"),
     ("oomwatch_analysis_duration_seconds", "Time of the last analysis evaluation.", "gauge"),
     ("oomwatch_samples", "Samples taken since start.", "counter"),
+    ("oomwatch_sink_up", "Whether a sink (recorder, Alertmanager, flight dumps) took its last write.", "gauge"),
+    ("oomwatch_suspected_ooms", "Server processes that vanished while their card was nearly full.", "counter"),
+    ("oomwatch_flight_dumps", "Flight-recorder traces written (on a memory alert or a suspected OOM).", "counter"),
+    ("oomwatch_exporter_errors", "Exposition sections dropped from a scrape because building them failed.", "counter"),
+    (
+        "oomwatch_process_resident_memory_bytes",
+        "Resident host memory (RSS) of a GPU process or of its server's parent processes.",
+        "gauge",
+    ),
+    (
+        "oomwatch_process_info",
+        "1 per GPU process and server parent: its role, server group and Kubernetes names (join on pid).",
+        "gauge",
+    ),
+    (
+        "oomwatch_process_allocator_allocated_bytes",
+        "Live tensors of a process on a card (PyTorch allocator probe).",
+        "gauge",
+    ),
+    (
+        "oomwatch_process_allocator_reserved_bytes",
+        "Memory PyTorch's caching allocator holds: live tensors plus cache.",
+        "gauge",
+    ),
+    ("oomwatch_process_allocator_inactive_split_bytes", "Cached blocks split and not in use (fragmentation).", "gauge"),
+    (
+        "oomwatch_process_allocator_alloc_retries_total",
+        "Times the allocator flushed its cache to fit a request.",
+        "counter",
+    ),
+    ("oomwatch_process_allocator_ooms_total", "CUDA out-of-memory errors the allocator raised.", "counter"),
 ]
 
 
-def _g(name, doc, labels):
-    return GaugeMetricFamily(name, doc, labels=labels)
+def _g(name: str, labels: list[str]) -> GaugeMetricFamily:
+    """A labelled gauge family with its help text from the family table."""
+    return GaugeMetricFamily(name, _DOCS[name], labels=labels)
+
+
+def _gauges(labels: list[str], *names: str) -> dict[str, GaugeMetricFamily]:
+    return {n: _g(n, labels) for n in names}
+
+
+class _OnCard(Protocol):
+    @property
+    def gpu(self) -> str: ...
+
+
+_T = TypeVar("_T", bound=_OnCard)
+
+
+def _largest_per_card(items: Iterable[_T], size: Callable[[_T], float]) -> Iterator[_T]:
+    """The items largest first, at most `MAX_PROCS` per card: the label cardinality stays bounded."""
+    per_gpu: dict[str, int] = {}
+    for it in sorted(items, key=lambda x: -size(x)):
+        if per_gpu.get(it.gpu, 0) >= MAX_PROCS:
+            continue
+        per_gpu[it.gpu] = per_gpu.get(it.gpu, 0) + 1
+        yield it
 
 
 class OomwatchCollector:
-    def __init__(self, get_snapshot):
+    def __init__(self, get_snapshot: Callable[[], Snapshot]):
         self._get = get_snapshot
 
-    def describe(self):
+    def describe(self) -> Families:
         for name, doc, typ in _FAMILIES:
             if typ == "counter":
                 yield CounterMetricFamily(name.removesuffix("_total"), doc)
@@ -69,102 +149,214 @@ class OomwatchCollector:
             else:
                 yield GaugeMetricFamily(name, doc)
 
-    def collect(self):
+    def collect(self) -> Families:
+        """Each section on its own: a bad value in one drops that section and counts, never the scrape."""
         s = self._get()
-        docs = {n: d for n, d, _ in _FAMILIES}
-        gl = ["gpu", "uuid", "name"]
-        fam = {n: _g(n, docs[n], gl) for n in (
-            "oomwatch_gpu_memory_total_bytes", "oomwatch_gpu_memory_used_bytes", "oomwatch_gpu_memory_free_bytes",
-            "oomwatch_gpu_memory_reserved_bytes")}
-        short = ["gpu", "uuid"]
-        fam2 = {n: _g(n, docs[n], short) for n in (
-            "oomwatch_gpu_memory_floor_bytes", "oomwatch_gpu_memory_budget_bytes", "oomwatch_gpu_utilization_ratio",
-            "oomwatch_gpu_memory_leak_bytes_per_second", "oomwatch_gpu_memory_leak_confidence",
-            "oomwatch_gpu_oom_eta_seconds", "oomwatch_gpu_memory_spike_height_bytes",
-            "oomwatch_gpu_memory_headroom_bytes")}
-        shape = StateSetMetricFamily("oomwatch_gpu_memory_shape", docs["oomwatch_gpu_memory_shape"], labels=short)
-        for g in s.gpus:
-            i, u, nm = str(g.info.index), g.info.uuid, g.info.name
-            fam["oomwatch_gpu_memory_total_bytes"].add_metric([i, u, nm], g.info.total_bytes)
-            smp = g.sample
-            if smp is not None:
-                for key, val in (("used", smp.used_bytes), ("free", smp.free_bytes), ("reserved", smp.reserved_bytes)):
-                    if val is not None:
-                        fam[f"oomwatch_gpu_memory_{key}_bytes"].add_metric([i, u, nm], val)
-                if smp.util_percent is not None:
-                    fam2["oomwatch_gpu_utilization_ratio"].add_metric([i, u], smp.util_percent / 100.0)
-            v = g.verdict
-            fam2["oomwatch_gpu_memory_floor_bytes"].add_metric([i, u], v.floor_bytes)
-            if g.budget_bytes is not None:
-                fam2["oomwatch_gpu_memory_budget_bytes"].add_metric([i, u], g.budget_bytes)
-            fam2["oomwatch_gpu_memory_leak_bytes_per_second"].add_metric([i, u], v.leak_bytes_per_second)
-            fam2["oomwatch_gpu_memory_leak_confidence"].add_metric([i, u], v.leak_confidence)
-            if v.eta_seconds is not None:
-                fam2["oomwatch_gpu_oom_eta_seconds"].add_metric([i, u], v.eta_seconds)
-            fam2["oomwatch_gpu_memory_spike_height_bytes"].add_metric([i, u], v.spike_height_bytes)
-            fam2["oomwatch_gpu_memory_headroom_bytes"].add_metric([i, u], v.headroom_bytes)
-            shape.add_metric([i, u], {sh: sh == v.shape for sh in SHAPES})
-        yield from fam.values()
-        yield from fam2.values()
-        yield shape
-
-        procs = _g("oomwatch_gpu_process_memory_bytes", docs["oomwatch_gpu_process_memory_bytes"],
-                   ["gpu", "pid", "process", "role"])
-        per_gpu: dict[str, int] = {}
-        for p in sorted(s.procs, key=lambda p: -(p.used_bytes or 0)):
-            if p.used_bytes is None or per_gpu.get(p.gpu, 0) >= MAX_PROCS:
+        for section in SECTIONS:
+            try:
+                fams = list(section(s))  # built whole before yielding, so a failure yields nothing half-done
+            except Exception:  # noqa: BLE001 - one section's bug must not cost the whole exposition
+                log.exception("metrics section %s failed", section.__name__)
+                with _errors_lock:
+                    _section_errors[section.__name__] += 1
                 continue
-            per_gpu[p.gpu] = per_gpu.get(p.gpu, 0) + 1
-            procs.add_metric([p.gpu, str(p.pid), (p.name or "?")[:32], p.role], p.used_bytes)
-        yield procs
-
-        el = ["url", "kind", "model", "engine"]
-        efam = {n: _g(n, docs[n], el) for n in (
-            "oomwatch_engine_up", "oomwatch_engine_kv_cache_usage_ratio", "oomwatch_engine_requests_running",
-            "oomwatch_engine_requests_waiting", "oomwatch_engine_prefix_cache_hit_ratio",
-            "oomwatch_engine_gpu_memory_utilization_ratio")}
-        preempt = CounterMetricFamily("oomwatch_engine_preemptions", docs["oomwatch_engine_preemptions"], labels=el)
-        for top in s.engines:
-            efam["oomwatch_engine_up"].add_metric([top.url, top.kind or "", top.model or "", ""], 1.0 if top.up else 0.0)
-            for e in top.engines or (top,):
-                lab = [top.url, e.kind or "", e.model or "", e.engine or ""]
-                for attr, n in (("kv_cache_usage_ratio", "oomwatch_engine_kv_cache_usage_ratio"),
-                                ("requests_running", "oomwatch_engine_requests_running"),
-                                ("requests_waiting", "oomwatch_engine_requests_waiting"),
-                                ("prefix_cache_hit_ratio", "oomwatch_engine_prefix_cache_hit_ratio"),
-                                ("gpu_memory_utilization", "oomwatch_engine_gpu_memory_utilization_ratio")):
-                    val = getattr(e, attr)
-                    if e.up and val is not None:
-                        efam[n].add_metric(lab, val)
-                if e.up and e.preemptions_total is not None:
-                    preempt.add_metric(lab, e.preemptions_total)
-        yield from efam.values()
-        yield preempt
-
-        al_keys = ["alertname", "severity", "gpu", "uuid", "pid", "source", "engine", "url"]
-        alert = _g("oomwatch_alert", docs["oomwatch_alert"], al_keys)
-        for a in s.alerts:
-            if a.state == "firing":
-                alert.add_metric([str(a.labels.get(k, "")) for k in al_keys], 1.0)
-        yield alert
-
-        up = _g("oomwatch_source_up", docs["oomwatch_source_up"], ["source"])
-        dur = _g("oomwatch_source_duration_seconds", docs["oomwatch_source_duration_seconds"], ["source"])
-        for src in s.sources:
-            up.add_metric([src.name], 1.0 if src.up else 0.0)
-            dur.add_metric([src.name], src.duration_seconds)
-        yield up
-        yield dur
-        if s.sample_duration_seconds is not None:
-            yield GaugeMetricFamily("oomwatch_sample_duration_seconds", docs["oomwatch_sample_duration_seconds"],
-                                    value=s.sample_duration_seconds)
-        if s.analysis_duration_seconds is not None:
-            yield GaugeMetricFamily("oomwatch_analysis_duration_seconds", docs["oomwatch_analysis_duration_seconds"],
-                                    value=s.analysis_duration_seconds)
-        yield CounterMetricFamily("oomwatch_samples", docs["oomwatch_samples"], value=s.samples_total)
+            yield from fams
+        errs = CounterMetricFamily("oomwatch_exporter_errors", _DOCS["oomwatch_exporter_errors"], labels=["section"])
+        with _errors_lock:
+            for name, n in sorted(_section_errors.items()):
+                errs.add_metric([name.removeprefix("_")], n)
+        yield errs
 
 
-def make_registry(get_snapshot) -> CollectorRegistry:
+_DOCS = {n: d for n, d, _ in _FAMILIES}
+_errors_lock = threading.Lock()
+_section_errors: collections.Counter[str] = collections.Counter()  # per process, like any counter
+
+
+def _gpus(s: Snapshot) -> Families:
+    docs = _DOCS
+    gl = ["gpu", "uuid", "name"]
+    fam = _gauges(
+        gl,
+        "oomwatch_gpu_memory_total_bytes",
+        "oomwatch_gpu_memory_used_bytes",
+        "oomwatch_gpu_memory_free_bytes",
+        "oomwatch_gpu_memory_reserved_bytes",
+    )
+    short = ["gpu", "uuid"]
+    fam2 = _gauges(
+        short,
+        "oomwatch_gpu_memory_floor_bytes",
+        "oomwatch_gpu_memory_budget_bytes",
+        "oomwatch_gpu_utilization_ratio",
+        "oomwatch_gpu_memory_leak_bytes_per_second",
+        "oomwatch_gpu_memory_leak_confidence",
+        "oomwatch_gpu_oom_eta_seconds",
+        "oomwatch_gpu_memory_spike_height_bytes",
+        "oomwatch_gpu_memory_headroom_bytes",
+    )
+    shape = StateSetMetricFamily("oomwatch_gpu_memory_shape", docs["oomwatch_gpu_memory_shape"], labels=short)
+    for g in s.gpus:
+        i, u, nm = str(g.info.index), g.info.uuid, g.info.name
+        fam["oomwatch_gpu_memory_total_bytes"].add_metric([i, u, nm], g.info.total_bytes)
+        smp = g.sample
+        if smp is not None:
+            for key, val in (("used", smp.used_bytes), ("free", smp.free_bytes), ("reserved", smp.reserved_bytes)):
+                if val is not None:
+                    fam[f"oomwatch_gpu_memory_{key}_bytes"].add_metric([i, u, nm], val)
+            if smp.util_percent is not None:
+                fam2["oomwatch_gpu_utilization_ratio"].add_metric([i, u], smp.util_percent / 100.0)
+        v = g.verdict
+        fam2["oomwatch_gpu_memory_floor_bytes"].add_metric([i, u], v.floor_bytes)
+        if g.budget_bytes is not None:
+            fam2["oomwatch_gpu_memory_budget_bytes"].add_metric([i, u], g.budget_bytes)
+        fam2["oomwatch_gpu_memory_leak_bytes_per_second"].add_metric([i, u], v.leak_bytes_per_second)
+        fam2["oomwatch_gpu_memory_leak_confidence"].add_metric([i, u], v.leak_confidence)
+        if v.eta_seconds is not None:
+            fam2["oomwatch_gpu_oom_eta_seconds"].add_metric([i, u], v.eta_seconds)
+        fam2["oomwatch_gpu_memory_spike_height_bytes"].add_metric([i, u], v.spike_height_bytes)
+        fam2["oomwatch_gpu_memory_headroom_bytes"].add_metric([i, u], v.headroom_bytes)
+        shape.add_metric([i, u], {sh: sh == v.shape for sh in SHAPES})
+    yield from fam.values()
+    yield from fam2.values()
+    yield shape
+
+
+def _processes(s: Snapshot) -> Families:
+    procs = _g(
+        "oomwatch_gpu_process_memory_bytes",
+        ["gpu", "pid", "process", "role"],
+    )
+    held = [p for p in s.procs if p.used_bytes is not None]
+    for p in _largest_per_card(held, lambda p: p.used_bytes or 0):
+        procs.add_metric([p.gpu, str(p.pid), (p.name or "?")[:32], p.role], p.used_bytes or 0)  # never None here
+    yield procs
+
+
+def _allocator(s: Snapshot) -> Families:
+    """PyTorch's caching allocator per (card, process), from the in-process probes (bounded like processes).
+    Absent (no family at all) where no server runs the probe: most deployments never opt in."""
+    if not getattr(s, "allocs", ()):
+        return
+    labels = ["gpu", "uuid", "pid", "role"]
+    g = _gauges(
+        labels,
+        "oomwatch_process_allocator_allocated_bytes",
+        "oomwatch_process_allocator_reserved_bytes",
+        "oomwatch_process_allocator_inactive_split_bytes",
+    )
+    c = {
+        n: CounterMetricFamily(n.removesuffix("_total"), _DOCS[n], labels=labels)
+        for n in ("oomwatch_process_allocator_alloc_retries_total", "oomwatch_process_allocator_ooms_total")
+    }
+    for a in _largest_per_card(getattr(s, "allocs", ()), lambda a: a.reserved_bytes):
+        lab = [a.gpu, a.uuid, str(a.pid), a.role]
+        g["oomwatch_process_allocator_allocated_bytes"].add_metric(lab, a.allocated_bytes)
+        g["oomwatch_process_allocator_reserved_bytes"].add_metric(lab, a.reserved_bytes)
+        if a.inactive_split_bytes is not None:
+            g["oomwatch_process_allocator_inactive_split_bytes"].add_metric(lab, a.inactive_split_bytes)
+        if a.alloc_retries is not None:
+            c["oomwatch_process_allocator_alloc_retries_total"].add_metric(lab, a.alloc_retries)
+        if a.ooms is not None:
+            c["oomwatch_process_allocator_ooms_total"].add_metric(lab, a.ooms)
+    yield from g.values()
+    yield from c.values()
+
+
+def _engines(s: Snapshot) -> Families:
+    docs = _DOCS
+    el = ["url", "kind", "model", "engine"]
+    efam = _gauges(
+        el,
+        "oomwatch_engine_up",
+        "oomwatch_engine_kv_cache_usage_ratio",
+        "oomwatch_engine_requests_running",
+        "oomwatch_engine_requests_waiting",
+        "oomwatch_engine_prefix_cache_hit_ratio",
+        "oomwatch_engine_gpu_memory_utilization_ratio",
+    )
+    preempt = CounterMetricFamily("oomwatch_engine_preemptions", docs["oomwatch_engine_preemptions"], labels=el)
+    for top in s.engines:
+        efam["oomwatch_engine_up"].add_metric([top.url, top.kind or "", top.model or "", ""], 1.0 if top.up else 0.0)
+        for e in top.engines or (top,):
+            lab = [top.url, e.kind or "", e.model or "", e.engine or ""]
+            for attr, n in (
+                ("kv_cache_usage_ratio", "oomwatch_engine_kv_cache_usage_ratio"),
+                ("requests_running", "oomwatch_engine_requests_running"),
+                ("requests_waiting", "oomwatch_engine_requests_waiting"),
+                ("prefix_cache_hit_ratio", "oomwatch_engine_prefix_cache_hit_ratio"),
+                ("gpu_memory_utilization", "oomwatch_engine_gpu_memory_utilization_ratio"),
+            ):
+                val = getattr(e, attr)
+                if e.up and val is not None:
+                    efam[n].add_metric(lab, val)
+            if e.up and e.preemptions_total is not None:
+                preempt.add_metric(lab, e.preemptions_total)
+    yield from efam.values()
+    yield preempt
+
+
+def _alerts(s: Snapshot) -> Families:
+    al_keys = ["alertname", "severity", "gpu", "uuid", "pid", "source", "engine", "url"]
+    alert = _g("oomwatch_alert", al_keys)
+    for a in s.alerts:
+        if a.state == "firing":
+            alert.add_metric([str(a.labels.get(k, "")) for k in al_keys], 1.0)
+    yield alert
+
+
+def _health(s: Snapshot) -> Families:
+    docs = _DOCS
+    up = _g("oomwatch_source_up", ["source"])
+    dur = _g("oomwatch_source_duration_seconds", ["source"])
+    for src in s.sources:
+        up.add_metric([src.name], 1.0 if src.up else 0.0)
+        dur.add_metric([src.name], src.duration_seconds)
+    yield up
+    yield dur
+    sink = _g("oomwatch_sink_up", ["sink"])
+    for k in s.sinks:
+        sink.add_metric([k.name], 1.0 if k.up else 0.0)
+    yield sink
+    if s.sample_duration_seconds is not None:
+        yield GaugeMetricFamily(
+            "oomwatch_sample_duration_seconds",
+            docs["oomwatch_sample_duration_seconds"],
+            value=s.sample_duration_seconds,
+        )
+    if s.analysis_duration_seconds is not None:
+        yield GaugeMetricFamily(
+            "oomwatch_analysis_duration_seconds",
+            docs["oomwatch_analysis_duration_seconds"],
+            value=s.analysis_duration_seconds,
+        )
+    yield CounterMetricFamily("oomwatch_samples", docs["oomwatch_samples"], value=s.samples_total)
+    yield CounterMetricFamily("oomwatch_suspected_ooms", docs["oomwatch_suspected_ooms"], value=s.suspected_ooms)
+    yield CounterMetricFamily("oomwatch_flight_dumps", docs["oomwatch_flight_dumps"], value=s.flight_dumps)
+
+
+#: The exposition's sections, in order; each is a function of the snapshot yielding metric families.
+def _host_processes(s: Snapshot) -> Families:
+    """Resident host memory and identity of each server process (analysis/hostmem.py's views, capped)."""
+    views = getattr(s, "host_processes", ())
+    if not any(v.rss_bytes is not None for v in views):
+        return  # no process scan (a replay without rss lines): no empty families in the exposition
+    lab = ["pid", "process", "role", "pod", "namespace", "container"]
+    rss = _g("oomwatch_process_resident_memory_bytes", lab)
+    info = _g("oomwatch_process_info", lab + ["group"])
+    for v in views:
+        values = [str(v.pid), v.process, v.role, v.pod or "", v.namespace or "", v.container or ""]
+        if v.rss_bytes is not None:
+            rss.add_metric(values, v.rss_bytes)
+        info.add_metric(values + [v.group or ""], 1.0)
+    yield rss
+    yield info
+
+
+SECTIONS = [_gpus, _processes, _host_processes, _allocator, _engines, _alerts, _health]
+
+
+def make_registry(get_snapshot: Callable[[], Snapshot]) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=True)
     reg.register(OomwatchCollector(get_snapshot))
     return reg
@@ -172,9 +364,9 @@ def make_registry(get_snapshot) -> CollectorRegistry:
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "oomwatch"
-    routes: dict = {}
+    routes: dict[str, Route] = {}
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         route = self.routes.get(path)
         if route is None:
@@ -188,23 +380,25 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(200, ctype, body)
 
-    def _send(self, code, ctype, body: bytes):
+    def _send(self, code: int, ctype: str, body: bytes) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, fmt, *args):  # quiet; scrapes every 15 s would flood the log
+    def log_message(self, fmt: str, *args: object) -> None:  # quiet; scrapes every 15 s would flood the log
         log.debug("%s " + fmt, self.address_string(), *args)
 
 
-def serve(listen: str, get_snapshot, extra_routes: dict | None = None):
+def serve(
+    listen: str, get_snapshot: Callable[[], Snapshot], extra_routes: dict[str, Route] | None = None
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
     """Start the HTTP server in a daemon thread; returns (server, thread). Raises OSError if the port is taken."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
     reg = make_registry(get_snapshot)
-    routes = {
+    routes: dict[str, Route] = {
         "/metrics": lambda: (CONTENT_TYPE_LATEST, generate_latest(reg)),
         "/healthz": lambda: ("text/plain; charset=utf-8", b"ok\n"),
     }
@@ -215,4 +409,3 @@ def serve(listen: str, get_snapshot, extra_routes: dict | None = None):
     th = threading.Thread(target=httpd.serve_forever, name="oomwatch-http", daemon=True)
     th.start()
     return httpd, th
-

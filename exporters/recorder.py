@@ -2,19 +2,25 @@
 
 The recorder writes each sample as one line and flushes it, so a kill loses at most the line being
 written, and replay tolerates a last line cut in half. A write that fails (disk full, folder removed)
-marks the recorder down with its reason and keeps the daemon running; samples already on disk stay.
+marks the recorder down with its reason (a sink: `oomwatch_sink_up{sink="recorder"} 0` and one log line,
+never a telemetry alert) and keeps the daemon running; samples already on disk stay.
 A PID is described once, the first time it is seen holding memory, with a redacted short cmdline.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable
+from typing import TextIO
 
-from daemon.model import ProcInfo, Sample, SourceStatus
-from daemon.trace import header_line, proc_line, sample_line
+from daemon.model import AllocSample, GpuInfo, ProcInfo, RssSample, Sample, SourceStatus
+from daemon.trace import alloc_line, header_line, proc_line, rss_line, sample_line
+
+__all__ = ["FlightRecorder", "TraceRecorder"]
 
 log = logging.getLogger("oomwatch.recorder")
 
@@ -22,38 +28,37 @@ log = logging.getLogger("oomwatch.recorder")
 class TraceRecorder:
     name = "recorder"
 
-    def __init__(self, path: str, gpus, sample_hz: float | None = None, driver: str | None = None):
+    def __init__(self, path: str, gpus: Iterable[GpuInfo], sample_hz: float | None = None, driver: str | None = None):
         self.path = path
         self._seen: set[int] = set()
         self.status = SourceStatus("recorder", True)
         self.lines = 0
-        self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - held open for the daemon's life
+        self._f: TextIO | None = open(path, "w", encoding="utf-8")  # noqa: SIM115 - held open for the daemon's life
         self._write(header_line(gpus, sample_hz, driver, recorded=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
 
     def _write(self, line: str) -> bool:
-        if self._f is None:
+        f = self._f
+        if f is None:
             return False
         try:
-            self._f.write(line + "\n")
-            self._f.flush()
+            f.write(line + "\n")
+            f.flush()
             self.lines += 1
             if self.lines % 100 == 0:
-                self._check_still_there()
+                self._check_still_there(f)
             return True
         except OSError as e:
             self.status = SourceStatus("recorder", False, f"cannot write {self.path}: {e.strerror or e}")
             log.error("recorder stopped: %s", self.status.error)
-            try:
-                self._f.close()
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                f.close()
             self._f = None
             return False
 
-    def _check_still_there(self) -> None:
+    def _check_still_there(self, f: TextIO) -> None:
         """A removed file or folder does not fail writes on Linux (the inode lives on): say so instead."""
         try:
-            same = os.path.samestat(os.stat(self.path), os.fstat(self._f.fileno()))
+            same = os.path.samestat(os.stat(self.path), os.fstat(f.fileno()))
         except OSError:
             same = False
         if not same:
@@ -68,8 +73,13 @@ class TraceRecorder:
         self._seen.add(p.pid)
         self._write(proc_line(t, p))
 
-    def new_pids(self, s: Sample):
-        return [pid for g in s.gpus for pid, _ in g.procs if pid not in self._seen]
+    def rss(self, r: RssSample) -> None:
+        """One process scan's resident memory (an `RssSample`): a `{"t", "rss"}` line."""
+        self._write(rss_line(r))
+
+    def alloc(self, t: float, samples: Iterable[AllocSample]) -> None:
+        """The allocator probes' readings (`AllocSample`s) of one read: an `{"t", "alloc"}` line."""
+        self._write(alloc_line(t, samples))
 
     def close(self) -> None:
         if self._f is not None:
@@ -87,7 +97,7 @@ class FlightRecorder:
 
     def __init__(self, window_s: float = 900.0):
         self.window_s = window_s
-        self._samples: collections.deque = collections.deque()
+        self._samples: collections.deque[Sample] = collections.deque()
         self._procs: dict[int, tuple[float, ProcInfo]] = {}
 
     def add(self, s: Sample) -> None:
@@ -99,14 +109,14 @@ class FlightRecorder:
     def add_proc(self, t: float, p: ProcInfo) -> None:
         self._procs.setdefault(p.pid, (t, p))
 
-    def frozen(self) -> "FlightRecorder":
+    def frozen(self) -> FlightRecorder:
         """A copy to write from another thread while sampling goes on."""
         fr = FlightRecorder(self.window_s)
         fr._samples = collections.deque(self._samples)
         fr._procs = dict(self._procs)
         return fr
 
-    def dump(self, path: str, gpus, reason: str = "") -> str:
+    def dump(self, path: str, gpus: Iterable[GpuInfo], reason: str = "") -> str:
         tmp = path + ".part"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(header_line(gpus, None, None, reason=reason) + "\n")

@@ -30,14 +30,26 @@ def _next_id():
 
 
 def target(expr, legend="", ref="A", fmt="time_series", instant=False):
-    return {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": ref, "format": fmt,
-            "instant": instant, "range": not instant}
+    return {
+        "datasource": DS,
+        "expr": expr,
+        "legendFormat": legend,
+        "refId": ref,
+        "format": fmt,
+        "instant": instant,
+        "range": not instant,
+    }
 
 
 def panel(kind, title, targets, x, y, w, h, unit=None, desc="", **extra):
     p = {
-        "id": _next_id(), "type": kind, "title": title, "description": desc, "datasource": DS,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
+        "id": _next_id(),
+        "type": kind,
+        "title": title,
+        "description": desc,
+        "datasource": DS,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "targets": targets,
         "fieldConfig": {"defaults": {"unit": unit} if unit else {}, "overrides": []},
         "options": {},
     }
@@ -57,86 +69,254 @@ def thresholds(*steps):
 
 def dashboard():
     panels = [
-        panel("stat", "Alerts firing", [target(f"count(oomwatch_alert{{{SEL}}} == 1) or vector(0)")], 0, 0, 4, 4,
-              desc="Alerts oomwatch itself evaluates and pushes (one per alert and card or PID).",
-              defaults=thresholds((None, "green"), (1, "red"))),
-        panel("stat", "Time to OOM", [target(
-            f"min by (gpu) (oomwatch_gpu_oom_eta_seconds{{{GSEL}}}) "
-            f"or min by (gpu) (oomwatch_gpu_memory_total_bytes{{{GSEL}}} * 0 + Inf)", "GPU {{gpu}}")],
-              4, 0, 8, 4, unit="s", desc="At the current leak rate; infinite when nothing leaks.",
-              defaults=thresholds((None, "red"), (600, "orange"), (3600, "green"))),
-        panel("stat", "Used now", [target(
-            f"oomwatch_gpu_memory_used_bytes{{{GSEL}}} / oomwatch_gpu_memory_total_bytes{{{GSEL}}}",
-            "GPU {{gpu}}")], 12, 0, 6, 4, unit="percentunit",
-              defaults=thresholds((None, "green"), (0.95, "orange"))),
-        panel("stat", "oomwatch sources up", [target(f"min(oomwatch_source_up{{{SEL}}})")], 18, 0, 6, 4,
-              desc="0 when NVML, an engine or Alertmanager stopped answering (GPUTelemetryDown).",
-              defaults=thresholds((None, "red"), (1, "green"))),
-        panel("timeseries", "Memory per card: used, kept floor, engine budget, total", [
-            target(f"oomwatch_gpu_memory_used_bytes{{{GSEL}}}", "GPU {{gpu}} used", "A"),
-            target(f"oomwatch_gpu_memory_floor_bytes{{{GSEL}}}", "GPU {{gpu}} kept floor", "B"),
-            target(f"oomwatch_gpu_memory_budget_bytes{{{GSEL}}}", "GPU {{gpu}} engine budget", "C"),
-            target(f"oomwatch_gpu_memory_total_bytes{{{GSEL}}}", "GPU {{gpu}} total (OOM line)", "D"),
-        ], 0, 4, 16, 9, unit="bytes",
-              desc="A flat line at the budget after start is healthy preallocation. A rising kept floor is a leak.",
-              overrides=[{"matcher": {"id": "byRegexp", "options": ".*total.*"},
-                          "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-                                         {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}]},
-                         {"matcher": {"id": "byRegexp", "options": ".*budget.*"},
-                          "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [4, 4]}}]}]),
-        panel("table", "Firing alerts (click for the runbook)", [target(
-            f"oomwatch_alert{{{SEL}}} == 1", fmt="table", instant=True)], 16, 4, 8, 9,
-              transformations=[{"id": "organize", "options": {"excludeByName": {
-                  "Time": True, "Value": True, "__name__": True, "job": True, "engine": True,
-                  "url": True}}}],
-              overrides=[{"matcher": {"id": "byName", "options": "alertname"}, "properties": [
-                  {"id": "links", "value": [{"title": "runbook", "url": RUNBOOKS + "${__value.text}.md"}]}]}]),
-        panel("state-timeline", "Curve shape", [target(
-            f"max by (gpu, oomwatch_gpu_memory_shape) (oomwatch_gpu_memory_shape{{{GSEL}}}) == 1",
-            "GPU {{gpu}} {{oomwatch_gpu_memory_shape}}")], 0, 13, 12, 6,
-              desc="stable and idle are healthy; staircase, ramp and a sawtooth with rising troughs are leaks."),
-        panel("timeseries", "Leak rate", [target(
-            f"oomwatch_gpu_memory_leak_bytes_per_second{{{GSEL}}}", "GPU {{gpu}}")], 12, 13, 12, 6,
-              unit="Bps"),
-        panel("timeseries", "Memory per process, by role", [target(
-            f"sum by (gpu, role) (oomwatch_gpu_process_memory_bytes{{{GSEL}}})", "GPU {{gpu}} {{role}}")],
-              0, 19, 12, 8, unit="bytes", desc="stray = orphaned or older than the server (GPUStrayProcess).",
-              defaults={"custom": {"stacking": {"mode": "normal"}, "fillOpacity": 30}}),
-        panel("timeseries", "KV cache usage beside NVML used", [
-            target(f"oomwatch_engine_kv_cache_usage_ratio{{{SEL}}}", "KV cache {{engine}} {{model}}", "A"),
-            target(f"oomwatch_gpu_memory_used_bytes{{{GSEL}}} / oomwatch_gpu_memory_total_bytes{{{GSEL}}}",
-                   "GPU {{gpu}} used", "B"),
-        ], 12, 19, 12, 8, unit="percentunit",
-              desc="KV full with memory flat: pressure (throughput), not a leak. Memory rising with KV flat: a leak."),
-        panel("timeseries", "Imbalance across cards", [target(
-            f"max by (instance) (oomwatch_gpu_memory_used_bytes{{{SEL}}} / oomwatch_gpu_memory_total_bytes{{{SEL}}}) "
-            f"- min by (instance) (oomwatch_gpu_memory_used_bytes{{{SEL}}} / oomwatch_gpu_memory_total_bytes{{{SEL}}})",
-            "{{instance}} spread")], 0, 27, 8, 6, unit="percentunit"),
-        panel("timeseries", "Spike height vs headroom", [
-            target(f"oomwatch_gpu_memory_spike_height_bytes{{{GSEL}}}", "GPU {{gpu}} spike", "A"),
-            target(f"oomwatch_gpu_memory_headroom_bytes{{{GSEL}}}", "GPU {{gpu}} headroom", "B"),
-        ], 8, 27, 8, 6, unit="bytes"),
-        panel("timeseries", "oomwatch's own cost and health", [
-            target(f"oomwatch_sample_duration_seconds{{{SEL}}}", "NVML sample", "A"),
-            target(f"oomwatch_analysis_duration_seconds{{{SEL}}}", "analysis", "B"),
-            target(f"oomwatch_source_up{{{SEL}}}", "up {{source}}", "C"),
-            target(f"rate(oomwatch_samples_total{{{SEL}}}[1m])", "samples/s", "D"),
-        ], 16, 27, 8, 6),
+        panel(
+            "stat",
+            "Alerts firing",
+            [target(f"count(oomwatch_alert{{{SEL}}} == 1) or vector(0)")],
+            0,
+            0,
+            4,
+            4,
+            desc="Alerts oomwatch itself evaluates and pushes (one per alert and card or PID).",
+            defaults=thresholds((None, "green"), (1, "red")),
+        ),
+        panel(
+            "stat",
+            "Time to OOM",
+            [
+                target(
+                    f"min by (gpu) (oomwatch_gpu_oom_eta_seconds{{{GSEL}}}) "
+                    f"or min by (gpu) (oomwatch_gpu_memory_total_bytes{{{GSEL}}} * 0 + Inf)",
+                    "GPU {{gpu}}",
+                )
+            ],
+            4,
+            0,
+            8,
+            4,
+            unit="s",
+            desc="At the current leak rate; infinite when nothing leaks.",
+            defaults=thresholds((None, "red"), (600, "orange"), (3600, "green")),
+        ),
+        panel(
+            "stat",
+            "Used now",
+            [
+                target(
+                    f"oomwatch_gpu_memory_used_bytes{{{GSEL}}} / oomwatch_gpu_memory_total_bytes{{{GSEL}}}",
+                    "GPU {{gpu}}",
+                )
+            ],
+            12,
+            0,
+            6,
+            4,
+            unit="percentunit",
+            defaults=thresholds((None, "green"), (0.95, "orange")),
+        ),
+        panel(
+            "stat",
+            "oomwatch sources up",
+            [target(f"min(oomwatch_source_up{{{SEL}}})")],
+            18,
+            0,
+            6,
+            4,
+            desc="0 when NVML, an engine or Alertmanager stopped answering (GPUTelemetryDown).",
+            defaults=thresholds((None, "red"), (1, "green")),
+        ),
+        panel(
+            "timeseries",
+            "Memory per card: used, kept floor, engine budget, total",
+            [
+                target(f"oomwatch_gpu_memory_used_bytes{{{GSEL}}}", "GPU {{gpu}} used", "A"),
+                target(f"oomwatch_gpu_memory_floor_bytes{{{GSEL}}}", "GPU {{gpu}} kept floor", "B"),
+                target(f"oomwatch_gpu_memory_budget_bytes{{{GSEL}}}", "GPU {{gpu}} engine budget", "C"),
+                target(f"oomwatch_gpu_memory_total_bytes{{{GSEL}}}", "GPU {{gpu}} total (OOM line)", "D"),
+            ],
+            0,
+            4,
+            16,
+            9,
+            unit="bytes",
+            desc="A flat line at the budget after start is healthy preallocation. A rising kept floor is a leak.",
+            overrides=[
+                {
+                    "matcher": {"id": "byRegexp", "options": ".*total.*"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                        {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}},
+                    ],
+                },
+                {
+                    "matcher": {"id": "byRegexp", "options": ".*budget.*"},
+                    "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [4, 4]}}],
+                },
+            ],
+        ),
+        panel(
+            "table",
+            "Firing alerts (click for the runbook)",
+            [target(f"oomwatch_alert{{{SEL}}} == 1", fmt="table", instant=True)],
+            16,
+            4,
+            8,
+            9,
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {
+                            "Time": True,
+                            "Value": True,
+                            "__name__": True,
+                            "job": True,
+                            "engine": True,
+                            "url": True,
+                        }
+                    },
+                }
+            ],
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "alertname"},
+                    "properties": [
+                        {"id": "links", "value": [{"title": "runbook", "url": RUNBOOKS + "${__value.text}.md"}]}
+                    ],
+                }
+            ],
+        ),
+        panel(
+            "state-timeline",
+            "Curve shape",
+            [
+                target(
+                    f"max by (gpu, oomwatch_gpu_memory_shape) (oomwatch_gpu_memory_shape{{{GSEL}}}) == 1",
+                    "GPU {{gpu}} {{oomwatch_gpu_memory_shape}}",
+                )
+            ],
+            0,
+            13,
+            12,
+            6,
+            desc="stable and idle are healthy; staircase, ramp and a sawtooth with rising troughs are leaks.",
+        ),
+        panel(
+            "timeseries",
+            "Leak rate",
+            [target(f"oomwatch_gpu_memory_leak_bytes_per_second{{{GSEL}}}", "GPU {{gpu}}")],
+            12,
+            13,
+            12,
+            6,
+            unit="Bps",
+        ),
+        panel(
+            "timeseries",
+            "Memory per process, by role",
+            [target(f"sum by (gpu, role) (oomwatch_gpu_process_memory_bytes{{{GSEL}}})", "GPU {{gpu}} {{role}}")],
+            0,
+            19,
+            12,
+            8,
+            unit="bytes",
+            desc="stray = orphaned or older than the server (GPUStrayProcess).",
+            defaults={"custom": {"stacking": {"mode": "normal"}, "fillOpacity": 30}},
+        ),
+        panel(
+            "timeseries",
+            "KV cache usage beside NVML used",
+            [
+                target(f"oomwatch_engine_kv_cache_usage_ratio{{{SEL}}}", "KV cache {{engine}} {{model}}", "A"),
+                target(
+                    f"oomwatch_gpu_memory_used_bytes{{{GSEL}}} / oomwatch_gpu_memory_total_bytes{{{GSEL}}}",
+                    "GPU {{gpu}} used",
+                    "B",
+                ),
+            ],
+            12,
+            19,
+            12,
+            8,
+            unit="percentunit",
+            desc="KV full with memory flat: pressure (throughput), not a leak. Memory rising with KV flat: a leak.",
+        ),
+        panel(
+            "timeseries",
+            "Imbalance across cards",
+            [
+                target(
+                    f"max by (instance) (oomwatch_gpu_memory_used_bytes{{{SEL}}} "
+                    f"/ oomwatch_gpu_memory_total_bytes{{{SEL}}}) "
+                    f"- min by (instance) (oomwatch_gpu_memory_used_bytes{{{SEL}}} "
+                    f"/ oomwatch_gpu_memory_total_bytes{{{SEL}}})",
+                    "{{instance}} spread",
+                )
+            ],
+            0,
+            27,
+            8,
+            6,
+            unit="percentunit",
+        ),
+        panel(
+            "timeseries",
+            "Spike height vs headroom",
+            [
+                target(f"oomwatch_gpu_memory_spike_height_bytes{{{GSEL}}}", "GPU {{gpu}} spike", "A"),
+                target(f"oomwatch_gpu_memory_headroom_bytes{{{GSEL}}}", "GPU {{gpu}} headroom", "B"),
+            ],
+            8,
+            27,
+            8,
+            6,
+            unit="bytes",
+        ),
+        panel(
+            "timeseries",
+            "oomwatch's own cost and health",
+            [
+                target(f"oomwatch_sample_duration_seconds{{{SEL}}}", "NVML sample", "A"),
+                target(f"oomwatch_analysis_duration_seconds{{{SEL}}}", "analysis", "B"),
+                target(f"oomwatch_source_up{{{SEL}}}", "up {{source}}", "C"),
+                target(f"rate(oomwatch_samples_total{{{SEL}}}[1m])", "samples/s", "D"),
+            ],
+            16,
+            27,
+            8,
+            6,
+        ),
     ]
     var = lambda name, query, label: {  # noqa: E731
-        "name": name, "label": label, "type": "query", "datasource": DS, "query": {"query": query, "refId": name},
-        "definition": query, "includeAll": True, "multi": True, "allValue": ".*", "refresh": 2,
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DS,
+        "query": {"query": query, "refId": name},
+        "definition": query,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "refresh": 2,
         "current": {"text": "All", "value": "$__all"},
     }
     return {
-        "uid": "oomwatch", "title": "oomwatch: GPU memory", "tags": ["oomwatch", "gpu", "vllm"],
-        "timezone": "browser", "schemaVersion": 39, "version": 1, "editable": True, "refresh": "10s",
+        "uid": "oomwatch",
+        "title": "oomwatch: GPU memory",
+        "tags": ["oomwatch", "gpu", "vllm"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "refresh": "10s",
         "time": {"from": "now-30m", "to": "now"},
-        "templating": {"list": [
-            {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus"},
-            var("instance", "label_values(oomwatch_gpu_memory_total_bytes, instance)", "instance"),
-            var("gpu", 'label_values(oomwatch_gpu_memory_total_bytes{instance=~"$instance"}, gpu)', "GPU"),
-        ]},
+        "templating": {
+            "list": [
+                {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus"},
+                var("instance", "label_values(oomwatch_gpu_memory_total_bytes, instance)", "instance"),
+                var("gpu", 'label_values(oomwatch_gpu_memory_total_bytes{instance=~"$instance"}, gpu)', "GPU"),
+            ]
+        },
         "annotations": {"list": []},
         "links": [{"title": "Runbooks", "url": RUNBOOKS, "type": "link"}],
         "panels": panels,

@@ -1,6 +1,7 @@
 import os
 import shutil
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -29,10 +30,58 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(p: subprocess.Popen, timeout: float = 10.0, kill: bool = False) -> int:
+    """End a child a test started (SIGTERM, or SIGKILL with `kill`), reap it and close its pipes, so no
+    process or open file outlives the test. A child that outlives `timeout` is killed and the test fails."""
+    try:
+        if p.poll() is None:
+            p.kill() if kill else p.terminate()
+        try:
+            return p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise
+    finally:
+        for f in (p.stdin, p.stdout, p.stderr):
+            if f is not None:
+                f.close()
+
+
+def daemon_run_argv(port: int, *args: str) -> list[str]:
+    """The command line of `oomwatch run` serving on 127.0.0.1:`port`, from this checkout."""
+    return [sys.executable, "-m", "daemon", "run", "--listen", f"127.0.0.1:{port}", *args]
+
+
+def sample_until_engine_found(sampler, clock: list[float], steps: int = 100) -> None:
+    """Drive a sampler on a fake clock (10 samples a second, a process scan every second) until engine
+    discovery has found an engine or `steps` samples passed, then scrape the engines once."""
+    for k in range(steps):
+        sampler.sample_job()
+        clock[0] += 0.1
+        if k % 10 == 9:
+            sampler.process_job()
+        if sampler.engines:
+            break
+    sampler.engine_job()
+
+
+#: The Debian packages that bring each system tool the integration tests run (.ci/run installs them).
+APT_PACKAGES = {
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "podman": "podman mmdebstrap runc uidmap",
+    "mmdebstrap": "podman mmdebstrap runc uidmap",
+    "runc": "podman mmdebstrap runc uidmap",
+    "chromium": "chromium",
+}
+
+
 def need_binary(name: str) -> str:
     p = shutil.which(name)
     if p is None:
         if os.environ.get("CI"):
             pytest.fail(f"{name} is not installed; .ci/run installs it")
-        pytest.skip(f"{name} not installed (apt-get install prometheus prometheus-alertmanager)")
+        pytest.skip(f"{name} not installed (apt-get install {APT_PACKAGES.get(name, name)})")
     return p

@@ -5,16 +5,16 @@ Everything binds to 127.0.0.1 on free ports and is stopped by the fixture that s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from conftest import free_port, need_binary
+from conftest import daemon_run_argv, free_port, need_binary, stop_process
 
 
 def wait_http(url, deadline=20.0, ok=lambda body: True):
@@ -32,26 +32,63 @@ def wait_http(url, deadline=20.0, ok=lambda body: True):
     raise AssertionError(f"{url} not ready: {last}")
 
 
-class Webhook:
+def _start_ready(argv: list[str], ready_url: str) -> subprocess.Popen:
+    """Start a server binary (its output discarded) and return once `ready_url` answers; one that never
+    does is stopped and the test fails."""
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_http(ready_url)
+    except AssertionError:
+        stop_process(p, kill=True)
+        raise
+    return p
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that keeps the test output clean and tolerates clients that hang up."""
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, code: int, content_type: str, body: bytes, length: bool = True) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        if length:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up: fine
+            self.wfile.write(body)
+
+
+class LocalHttp:
+    """A threaded HTTP server on a free loopback port; close() stops it and closes its listening socket."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.base = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+class Webhook(LocalHttp):
     """An Alertmanager webhook receiver that records each notification with its arrival time."""
 
     def __init__(self):
         self.events: list[tuple[float, dict]] = []
         outer = self
 
-        class H(BaseHTTPRequestHandler):
+        class H(QuietHandler):
             def do_POST(self):
                 n = int(self.headers.get("Content-Length", 0))
                 outer.events.append((time.time(), json.loads(self.rfile.read(n))))
                 self.send_response(200)
                 self.end_headers()
 
-            def log_message(self, *a):
-                pass
-
-        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}/hook"
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        super().__init__(H)
+        self.url = self.base + "/hook"
 
     def alerts(self, name, status=None):
         out = []
@@ -60,9 +97,6 @@ class Webhook:
                 if a["labels"].get("alertname") == name and (status is None or a["status"] == status):
                     out.append((t, a))
         return out
-
-    def close(self):
-        self.srv.shutdown()
 
 
 class Alertmanager:
@@ -83,17 +117,21 @@ class Alertmanager:
     def start(self):
         data = os.path.join(self.tmp, f"am-data-{time.time_ns()}")
         os.makedirs(data)
-        self.proc = subprocess.Popen(
-            [self.bin, f"--config.file={self.cfg}", f"--storage.path={data}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_http(self.url + "/-/ready")
+        self.proc = _start_ready(
+            [
+                self.bin,
+                f"--config.file={self.cfg}",
+                f"--storage.path={data}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--cluster.listen-address=",
+            ],
+            self.url + "/-/ready",
+        )
         return self
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
+        if self.proc:
+            stop_process(self.proc)
 
 
 class Prometheus:
@@ -105,16 +143,22 @@ class Prometheus:
         with open(cfg, "w") as f:
             f.write(
                 f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"
-                f"rule_files:\n" + "".join(f"  - {r}\n" for r in rules) +
-                f"scrape_configs:\n  - job_name: oomwatch\n    static_configs:\n      - targets: ['{target}']\n"
+                f"rule_files:\n"
+                + "".join(f"  - {r}\n" for r in rules)
+                + f"scrape_configs:\n  - job_name: oomwatch\n    static_configs:\n      - targets: ['{target}']\n"
             )
             if alertmanager:
                 f.write(f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\n")
-        self.proc = subprocess.Popen(
-            [self.bin, f"--config.file={cfg}", f"--storage.tsdb.path={os.path.join(tmp, 'tsdb')}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--rules.alert.resend-delay=1s"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_http(self.url + "/-/ready")
+        self.proc = _start_ready(
+            [
+                self.bin,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={os.path.join(tmp, 'tsdb')}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--rules.alert.resend-delay=1s",
+            ],
+            self.url + "/-/ready",
+        )
 
     def query(self, q):
         from urllib.parse import quote
@@ -127,38 +171,35 @@ class Prometheus:
             return json.loads(r.read())["data"]["alerts"]
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
+        stop_process(self.proc)
 
 
-def start_oomwatch(*args):
+def start_oomwatch(*args, env=None):
+    """`oomwatch run ARGS` on a free port, once it answers: (process, "127.0.0.1:port"); stop it with
+    conftest.stop_process. A daemon that never answers is stopped here and the test fails."""
     port = free_port()
-    p = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--listen", f"127.0.0.1:{port}", *args],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_http(f"http://127.0.0.1:{port}/healthz")
+    p = subprocess.Popen(
+        daemon_run_argv(port, *args),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+    except AssertionError:
+        stop_process(p, kill=True)
+        raise
     return p, f"127.0.0.1:{port}"
 
 
-class StaticServer:
+class StaticServer(LocalHttp):
     """Serves one fixed body on every GET (an engine endpoint from a real capture, or a huge body)."""
 
     def __init__(self, body: bytes, content_type: str = "text/plain; version=0.0.4"):
-        class H(BaseHTTPRequestHandler):
+        class H(QuietHandler):
             def do_GET(self):
-                self.send_response(200)
-                self.send_header("Content-Type", content_type)
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up: fine
-                    pass
+                self.reply(200, content_type, body, length=False)  # no length: the body streams until close
 
-            def log_message(self, *a):
-                pass
-
-        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.srv.shutdown()
+        super().__init__(H)
+        self.url = self.base

@@ -72,7 +72,9 @@ def startup(util=0.9, t0=5.0):
 
 
 def staircase(base=0.15, step=6 * GiB, every=2.5, t_leak=10.0, t0=5.0):
-    return lambda t: 0 if t < t0 else base * TOTAL + (max(0, int((t - t_leak) / every) + 1) * step if t >= t_leak else 0)
+    return lambda t: (
+        0 if t < t0 else base * TOTAL + (max(0, int((t - t_leak) / every) + 1) * step if t >= t_leak else 0)
+    )
 
 
 def ramp(base=0.3, rate=1.5 * GiB, t_leak=10.0, t0=5.0, chunk=64 << 20):

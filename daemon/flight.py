@@ -1,0 +1,120 @@
+"""Suspected OOMs and flight dumps: what the daemon keeps of the moments before something went wrong.
+
+A server process that vanishes while its card was nearly full is a suspected OOM (NVML does not say why a
+process went away; this is the next best thing). When that happens, or a memory alert fires, the flight
+recorder's last window of full-rate samples is written as a `gpu-memory-trace/1` file next to the event,
+so the post-mortem can `oomwatch replay` it. Copying the window is cheap and done on the caller's thread;
+writing it (up to 15 minutes of samples) runs on a short-lived thread so sampling never stalls.
+
+The writer is a sink: a failed write marks it down (`oomwatch_sink_up{sink="flight"}`) and logs one line;
+it never pages as telemetry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .model import GpuInfo, ProcInfo, Sample, SourceStatus
+
+__all__ = ["DUMP_ALERTS", "FlightDumps", "VanishWatch"]
+
+log = logging.getLogger("oomwatch.flight")
+
+#: Alerts whose firing writes a flight dump (the memory ones; a stray or a down source needs no curve).
+DUMP_ALERTS = ("GPUOOMImminent", "GPUMemoryLeak", "GPUMemorySpikeRisk")
+
+
+class VanishWatch:
+    """Notices server processes that disappear from a card that was nearly full (a suspected OOM)."""
+
+    def __init__(self, full_fraction: float):
+        self.full_fraction = full_fraction
+        self._last_pids: dict[int, set[int]] = {}
+        self._last_used: dict[int, int | None] = {}
+        self.count = 0
+
+    def check(self, s: Sample, analyzer: Any) -> list[int]:
+        """Cards on which a server process vanished while the card was full. Call with the analysis' lock.
+
+        "Full" is judged at the last sample that still showed the process, not at the card's peak: a server
+        that gave its memory back before it exited (a normal shutdown), or whose card had emptied, did not
+        die of an OOM.
+        """
+        hit = []
+        for g in s.gpus:
+            pids = {p for p, _ in g.procs}
+            gone = self._last_pids.get(g.index, set()) - pids
+            used_before = self._last_used.get(g.index)
+            self._last_pids[g.index] = pids
+            self._last_used[g.index] = g.used_bytes
+            st = analyzer.gpus.get(g.index)
+            if not gone or st is None or used_before is None or not st.capacity_bytes:
+                continue
+            roles = analyzer.roles
+            servers = sorted(p for p in gone if roles.get(p) is not None and roles[p].role == "server")
+            if servers and used_before >= self.full_fraction * st.capacity_bytes:
+                self.count += 1
+                log.warning(
+                    "GPU %s: server process %s vanished while the card was %.0f%% full (a suspected OOM)",
+                    g.index,
+                    ", ".join(map(str, servers)),
+                    100 * used_before / st.capacity_bytes,
+                )
+                hit.append(g.index)
+        return hit
+
+
+class FlightDumps:
+    """Writes the flight recorder's window to `directory` on demand, in the background."""
+
+    name = "flight"
+
+    def __init__(self, recorder: Any, directory: str, gpus: Iterable[GpuInfo]):
+        self.recorder = recorder  # exporters.recorder.FlightRecorder
+        self.directory = directory
+        self.gpus = tuple(gpus)
+        self.count = 0
+        self.status = SourceStatus("flight", True)
+        self._threads: list[threading.Thread] = []
+
+    def add(self, s: Sample) -> None:
+        self.recorder.add(s)
+
+    def add_proc(self, t: float, p: ProcInfo) -> None:
+        self.recorder.add_proc(t, p)
+
+    def dump(self, reason: str) -> str | None:
+        """Start writing a dump; returns the path it will have (None when even the folder failed)."""
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as e:
+            self._failed(f"cannot create {self.directory}: {e.strerror or e}")
+            return None
+        path = os.path.join(self.directory, f"oomwatch-{time.strftime('%Y%m%dT%H%M%S')}-{reason}.jsonl")
+        frozen = self.recorder.frozen()  # copy now (cheap); write in the background
+        th = threading.Thread(target=self._write, args=(frozen, path, reason), name="oomwatch-flight", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [th]
+        th.start()
+        self.count += 1
+        return path
+
+    def _write(self, frozen: Any, path: str, reason: str) -> None:
+        try:
+            frozen.dump(path, self.gpus, reason)
+            self.status = SourceStatus("flight", True)
+        except OSError as e:
+            self._failed(f"cannot write {path}: {e.strerror or e}")
+
+    def _failed(self, why: str) -> None:
+        self.status = SourceStatus("flight", False, why)
+        log.error("flight recorder: %s", why)
+
+    def join(self, timeout_s: float = 5.0) -> None:
+        """Wait for dumps in progress (on shutdown, so a dump is not cut off)."""
+        for th in self._threads:
+            th.join(timeout_s)

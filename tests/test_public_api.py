@@ -1,0 +1,51 @@
+"""The public surface: each package's and module's `__all__` names what it offers, and all of it exists."""
+
+import importlib
+import inspect
+
+import pytest
+
+import daemon
+import exporters
+
+MODULES = [
+    "daemon.snapshot",
+    "daemon.sampler",
+    "daemon.flight",
+    "daemon.words",
+    "daemon.threads",
+    "daemon.sources.base",
+    "exporters.metrics",
+    "exporters.status",
+    "exporters.alertmanager",
+    "exporters.recorder",
+    "exporters.plot",
+]
+
+
+def test_daemon_package_exports_resolve():
+    assert "__version__" in daemon.__all__
+    for name in daemon.__all__:
+        assert getattr(daemon, name) is not None, name
+    assert sorted(set(daemon.__all__)) == sorted(daemon.__all__)
+
+
+def test_exporters_package_lists_its_modules():
+    for name in exporters.__all__:
+        assert inspect.ismodule(importlib.import_module(f"exporters.{name}"))
+
+
+@pytest.mark.parametrize("modname", MODULES)
+def test_module_all_is_complete_and_exists(modname):
+    mod = importlib.import_module(modname)
+    assert hasattr(mod, "__all__"), f"{modname} has no __all__"
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{modname}.__all__ names {name!r}, which does not exist"
+    defined = {
+        name
+        for name, obj in vars(mod).items()
+        if not name.startswith("_")
+        and (inspect.isclass(obj) or inspect.isfunction(obj))
+        and getattr(obj, "__module__", None) == modname
+    }
+    assert defined <= set(mod.__all__), f"{modname}: public but not in __all__: {sorted(defined - set(mod.__all__))}"
