@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -83,11 +84,14 @@ def vllm(tmp_path_factory):
             try:
                 with urllib.request.urlopen(url + "/health", timeout=2):
                     break
+            except urllib.error.HTTPError as e:  # up but not ready: the error holds the connection
+                e.close()
+                time.sleep(1)
             except OSError:
                 time.sleep(1)
         else:
             raise AssertionError("vLLM not ready in 300 s")
-        yield {"url": url, "pid": p.pid, "startup_s": time.time() - t0}
+        yield {"url": url, "pid": p.pid, "startup_s": time.time() - t0, "log": d / "server.log"}
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         try:
@@ -117,6 +121,13 @@ def _complete(url, i, results):
 
 def test_engine_source_sees_a_real_vllm_under_load(vllm):
     src = EngineSource(vllm["url"], timeout_s=10.0)
+    try:
+        _under_load(src, vllm)
+    finally:
+        src.close()  # its keep-alive connection to vLLM, else a ResourceWarning in a later test
+
+
+def _under_load(src, vllm):
     idle = src.scrape()
     assert idle.up and idle.kind == "vllm" and idle.model == "tiny-qwen2" and idle.engine == "0"
     results: list = []
