@@ -48,9 +48,11 @@ SLOW_LEAK_MIN_S, SLOW_LEAK_MAX_S = 600.0, 6 * 3600.0  # ... 2% of the card, with
 
 
 # ---- inputs -----------------------------------------------------------------------------------------
-#: Real H200 recordings kept in this repository: a torch workload with the allocator probe (its `alloc`
-#: lines), healthy cache growth and a leak under a warm cache to a real OOM (bench/gpu_probe.py).
-PROBE_TRACES = os.path.join(ROOT, "bench", "results", "probe_*.jsonl")
+#: Real H200 recordings kept in this repository (they travel with it, unlike ../shared): a torch workload
+#: with the allocator probe (its `alloc` lines: healthy cache growth, a leak under a warm cache to a real
+#: OOM; bench/gpu_probe.py) and the live daemon's flight dump of a plain torch process leaking from birth to
+#: a real OOM beside a server and an orphan (bench/gpu_live.py).
+PROBE_TRACES = os.path.join(ROOT, "bench", "results", "*.jsonl")
 
 
 def real_traces() -> list[str]:

@@ -69,7 +69,11 @@ class Sampler:
             cfg.analysis,
             cfg.alerts,
             server_pids,
-            engines_expected=bool(self.engines) or self.discovery is not None,
+            # Only an engine the user named holds a start as "still loading" from the first sample. Discovery
+            # alone must not: with no engine there (a plain PyTorch job) a climb from birth to the OOM would go
+            # unpaged while oomwatch waited for an engine that never comes (seen live on an H200). vLLM and
+            # SGLang starts are told by their command lines in the lifecycle.
+            engines_expected=bool(self.engines),
         )
         self._lock = threading.Lock()
         self.snapshot = snap.Snapshot(started_at=time.time())
@@ -254,7 +258,7 @@ class Sampler:
             groups = group_members(self.analyzer.roles, self.analyzer.procs)
         new, gone = self.discovery.update(groups)
         for d in gone:
-            log.warning("server group %s is gone; no longer scraping %s", d.group, d.source.url)
+            log.info("server group %s is gone; no longer scraping %s", d.group, d.source.url)
             self.engines = [e for e in self.engines if e is not d.source]
             self._sources.pop(d.source.name, None)
             d.source.close()
@@ -264,6 +268,7 @@ class Sampler:
             self.engines = [*self.engines, d.source]
             with self._lock:
                 self.analyzer.server_pids.add(d.pid)
+                self.analyzer.engines_expected = True  # as if given by --engine-url from now on
         if new and self._sched is not None and self._sched.get_job("engines") is not None:
             self._sched.get_job("engines").modify(next_run_time=_utcnow())
 

@@ -66,9 +66,10 @@ def test_real_trace(name):
     _judge(shared("traces", name + ".jsonl"))
 
 
-@pytest.mark.parametrize("name", ["probe_cache_growth", "probe_warm_cache_leak"])
-def test_real_probe_recording(name):
-    """The H200 recordings with allocator-probe lines kept in bench/results (they travel with the repo)."""
+@pytest.mark.parametrize("name", ["probe_cache_growth", "probe_warm_cache_leak", "gpu_live_birth_leak"])
+def test_real_recording_in_the_repo(name):
+    """The H200 recordings kept in bench/results (they travel with the repo): two with allocator-probe lines,
+    one from the live daemon's flight dump (a process leaking from its birth to a real OOM)."""
     _judge(os.path.join(ROOT, "bench", "results", name + ".jsonl"))
 
 
