@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from .analysis.analyzer import Analyzer, GpuState
-from .analysis.findings import SEVERITY_ORDER, duration, gib
+from .analysis.findings import SEVERITY_ORDER
+from .words import duration, gib
 
 SHAPE_WORDS = {
     "stable": "flat",

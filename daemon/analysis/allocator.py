@@ -26,8 +26,9 @@ import numpy as np
 
 from ..config import AllocatorConfig
 from ..model import AllocSample
+from ..words import duration, gib
 from .alerts import Condition
-from .findings import Finding, duration, gib
+from .findings import Finding
 
 MiB = float(1 << 20)
 Seq = Sequence[Any] | np.ndarray  # readings in time order (None where a counter was not reported)

@@ -10,6 +10,7 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..words import duration, gib
 from .alerts import Condition
 
 if TYPE_CHECKING:
@@ -18,25 +19,7 @@ if TYPE_CHECKING:
     from .imbalance import Imbalance
     from .lifecycle import Lifecycle
 
-GiB = float(1 << 30)
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-
-
-def gib(b: float | None) -> str:
-    return "n/a" if b is None else f"{b / GiB:.1f} GiB"
-
-
-def duration(s: float | None) -> str:
-    if s is None:
-        return "never"
-    s = float(s)
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.0f} min"
-    if s < 172800:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
 
 
 @dataclass

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from ..config import HostMemConfig
 from ..model import ProcInfo
+from ..words import duration, gib
 from .alerts import Condition
-from .findings import Finding, duration, gib
+from .findings import Finding
 from .processes import ProcRole, group_members
 
 MAX_FIT_POINTS = 120  # points given to the trend test (evenly spaced): Theil-Sen is quadratic in them
