@@ -118,7 +118,8 @@ def render(a: Analyzer, summary: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"Findings ({len(fs)}), worst first:")
     for n, f in enumerate(fs, 1):
-        lines.append(f"{n}. [{f.get('severity', 'warning')}] {f['summary']}")
+        when = "" if f.get("holds", True) else " (earlier, no longer holds: see the card's line)"
+        lines.append(f"{n}. [{f.get('severity', 'warning')}] {f['summary']}{when}")
         ev = ", ".join(f"{k}={_fmt(k, v)}" for k, v in f["evidence"].items() if v is not None)
         if ev:
             lines.append(f"   evidence: {ev}")

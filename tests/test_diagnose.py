@@ -31,7 +31,7 @@ def test_diagnose_json_over_every_trace(name):
     kinds = {f["kind"] for f in s["findings"]}
     assert must <= kinds and not (must_not & kinds), kinds
     for f in s["findings"]:
-        assert set(f) == {"kind", "gpu", "pid", "summary", "evidence", "advice", "severity"}
+        assert set(f) == {"kind", "gpu", "pid", "summary", "evidence", "advice", "severity", "holds"}
         assert f["summary"] and f["advice"]
 
 
@@ -76,3 +76,20 @@ def test_replay_json_contract():
         assert g["phase"] in ("idle", "starting", "serving", "exiting") and g["verdict"]
         assert g["shape"] in ("stable", "staircase", "ramp", "sawtooth", "spike", "idle")
     assert s["samples"] > 900 and 40 < s["seconds"] < 60
+
+
+def test_findings_say_whether_they_still_hold_at_the_end(tmp_path):
+    """The summary describes the end: a leak that ended with its process's OOM no longer holds (its story is in
+    the episodes); the stray holds while it is still on the card when the trace ends, and not once it left."""
+    s = json.loads(run("diagnose", "--replay", example("staircase.jsonl"), "--json").stdout)["summary"]
+    leak = [f for f in s["findings"] if f["kind"] in ("leak", "oom_imminent")]
+    assert leak and not any(f["holds"] for f in leak)
+    assert any(e["alert"] == "GPUOOMImminent" and e["end"] is not None for e in s["episodes"])
+    s = json.loads(run("diagnose", "--replay", example("stray.jsonl"), "--json").stdout)["summary"]
+    assert [f["holds"] for f in s["findings"] if f["kind"] == "stray"] == [False]  # everything exited at its end
+    with open(example("stray.jsonl"), encoding="utf-8") as f:
+        lines = f.readlines()
+    cut = tmp_path / "stray_cut.jsonl"
+    cut.write_text(lines[0] + "".join(x for x in lines[1:] if json.loads(x).get("t", 0) < 30))  # the stray still there
+    s = json.loads(run("diagnose", "--replay", str(cut), "--json").stdout)["summary"]
+    assert [f["holds"] for f in s["findings"] if f["kind"] == "stray"] == [True]

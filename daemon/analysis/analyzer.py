@@ -556,11 +556,14 @@ class Analyzer:
                 "phase": st.lc.phase,
                 "verdict": self.verdict_text(st),
             }
+        holding = {(f.kind, f.gpu, f.pid) for f in self.findings}
         fs = sorted(self.fired.values(), key=lambda f: (findings.SEVERITY_ORDER.get(f.severity, 9), f.t or 0))
         seconds = 0.0 if self.t0 is None or self.now is None else self.now - self.t0
         return {
             "gpus": gpus,
-            "findings": [f.to_json() for f in fs],
+            # Each finding that fired, with its advice (a post-mortem needs it); `holds` says whether it still
+            # holds at the end. What happened when, and how it ended, is in the episodes.
+            "findings": [{**f.to_json(), "holds": (f.kind, f.gpu, f.pid) in holding} for f in fs],
             "episodes": [dict(e) for e in self.episodes],
             "samples": self.samples,
             "seconds": round(seconds, 3),
