@@ -88,6 +88,12 @@ class FlightDumps:
     def add_proc(self, t: float, p: ProcInfo) -> None:
         self.recorder.add_proc(t, p)
 
+    def alloc(self, t: float, samples: Iterable[Any]) -> None:
+        self.recorder.alloc(t, samples)
+
+    def rss(self, r: Any) -> None:
+        self.recorder.rss(r)
+
     def dump(self, reason: str) -> str | None:
         """Start writing a dump; returns the path it will have (None when even the folder failed)."""
         try:

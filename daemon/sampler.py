@@ -161,6 +161,8 @@ class Sampler:
                 self.analyzer.add_alloc(a)
         if self.recorder and samples and hasattr(self.recorder, "alloc"):
             self.recorder.alloc(samples[0].t, samples)
+        if self.flight and samples:
+            self.flight.alloc(samples[0].t, samples)
 
     def allocator_job(self) -> None:
         """Read the allocator probes' files (one per server process that runs the probe)."""
@@ -179,6 +181,8 @@ class Sampler:
             self.analyzer.add_rss(r.t, r.rss, rss_limit(r))
         if self.recorder:
             self.recorder.rss(r)
+        if self.flight:
+            self.flight.rss(r)
 
     def _ingest(self, s: Sample) -> None:
         if not self.replay:

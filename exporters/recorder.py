@@ -93,11 +93,14 @@ class TraceRecorder:
 
 
 class FlightRecorder:
-    """The last `window_s` of samples at full rate, in memory; dumped as a trace when something fires."""
+    """The last `window_s` of samples at full rate, in memory, with the allocator probes' and the process
+    scans' lines of the same span (what a post-mortem of a warm-cache leak or a host-RAM leak needs); dumped
+    as a trace when something fires."""
 
     def __init__(self, window_s: float = 900.0):
         self.window_s = window_s
         self._samples: collections.deque[Sample] = collections.deque()
+        self._lines: collections.deque[tuple[float, str]] = collections.deque()  # alloc and rss lines, rendered
         self._procs: dict[int, tuple[float, ProcInfo]] = {}
 
     def add(self, s: Sample) -> None:
@@ -105,6 +108,17 @@ class FlightRecorder:
         q.append(s)
         while q and s.t - q[0].t > self.window_s:
             q.popleft()
+        lines = self._lines
+        while lines and s.t - lines[0][0] > self.window_s:
+            lines.popleft()
+
+    def alloc(self, t: float, samples: Iterable[AllocSample]) -> None:
+        """The allocator probes' readings of one read (kept as its `alloc` line)."""
+        self._lines.append((t, alloc_line(t, samples)))
+
+    def rss(self, r: RssSample) -> None:
+        """One process scan's resident memory (kept as its `rss` line)."""
+        self._lines.append((r.t, rss_line(r)))
 
     def add_proc(self, t: float, p: ProcInfo) -> None:
         self._procs.setdefault(p.pid, (t, p))
@@ -113,6 +127,7 @@ class FlightRecorder:
         """A copy to write from another thread while sampling goes on."""
         fr = FlightRecorder(self.window_s)
         fr._samples = collections.deque(self._samples)
+        fr._lines = collections.deque(self._lines)
         fr._procs = dict(self._procs)
         return fr
 
@@ -125,7 +140,15 @@ class FlightRecorder:
             for pid in sorted(pids):
                 if pid in self._procs:
                     f.write(proc_line(max(t0, self._procs[pid][0]), self._procs[pid][1]) + "\n")
-            for s in self._samples:
+            lines = iter(self._lines)
+            nxt = next(lines, None)
+            for s in self._samples:  # both in time order: merge them, a line before the sample of its time
+                while nxt is not None and nxt[0] <= s.t:
+                    f.write(nxt[1] + "\n")
+                    nxt = next(lines, None)
                 f.write(sample_line(s) + "\n")
+            while nxt is not None:
+                f.write(nxt[1] + "\n")
+                nxt = next(lines, None)
         os.replace(tmp, path)
         return path
