@@ -11,6 +11,7 @@ import os
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -26,6 +27,9 @@ def wait_http(url, deadline=20.0, ok=lambda body: True):
                 body = r.read().decode()
                 if ok(body):
                     return body
+        except urllib.error.HTTPError as e:  # up but not ready (Prometheus answers 503): the error holds the
+            e.close()  # connection; closed here, not at some later test's garbage collection
+            last = e
         except OSError as e:
             last = e
         time.sleep(0.1)
