@@ -70,7 +70,6 @@ class AllocatorConfig:
     cache_min_bytes: int = 512 << 20  # ... of at least this (a 1.5 GB activation step is typical) ...
     cache_flat_fraction: float = 0.25  # ... while live tensors rose by less than this share of it
     retry_window_s: float = 60.0  # alloc retries (cache flushed to fit a request) this recent page
-    oom_horizon_s: float = 600.0  # the same horizon as the curve's GPUOOMImminent
     max_series: int = 256  # (card, process) histories kept: bounded under PID churn
     max_points: int = 600  # readings kept per history: ten minutes at one a second
     forget_s: float = 10.0  # a process whose readings stopped this long ago is gone (its file went stale)

@@ -85,6 +85,8 @@ class Sampler:
         self._sources: dict[str, SourceStatus] = {}
         self._sinks: dict[str, SourceStatus] = {}
         self._history: dict[int, tuple[snap.History, ...]] = {}
+        self._texts: dict[int, str] = {}  # each card's verdict sentence, rebuilt once per history refresh tick
+        self._texts_t = -math.inf
         self._history_t: dict[str, float] = {}  # when each window was last copied (analysis time)
         self._replay_over = False  # a replay without --loop has ended (see `_end_replay`)
         self.allocator = None  # the allocator probes' directory (daemon/sources/allocator.py)
@@ -335,6 +337,10 @@ class Sampler:
             an = self.analyzer
             if an.now is not None:
                 self._refresh_history(an.now)
+                if not 0.0 <= an.now - self._texts_t < self.cfg.sampler.history_refresh_s:
+                    # a sentence costs ~8 us a card; the analysis judges once a second: not at every sample
+                    self._texts = {idx: an.verdict_text(st) for idx, st in an.gpus.items()}
+                    self._texts_t = an.now
             self.snapshot = snap.build(
                 an,
                 to_wall=self.mono_to_wall,
@@ -342,6 +348,7 @@ class Sampler:
                 sinks=self._sinks.values(),
                 engines=[e.last for e in self.engines],
                 history=self._history,
+                texts=self._texts,
                 suspected_ooms=self.vanish.count,
                 flight_dumps=self.flight.count if self.flight else 0,
                 sample_duration_seconds=self._sample_cost,

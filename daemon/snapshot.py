@@ -262,12 +262,14 @@ def build(
     sinks: Iterable[SourceStatus] = (),
     engines: Iterable[EngineSnapshot] = (),
     history: Mapping[int, tuple[History, ...]] | None = None,
+    texts: Mapping[int, str] | None = None,
     **counters: Any,
 ) -> Snapshot:
     """A Snapshot of the analysis now. Call with the analysis' lock held; the result shares nothing live.
 
-    `history` is passed in (see `histories`) because copying a window is refreshed less often than the
-    rest; `counters` are Snapshot's counter and cost fields (samples are read from the analysis).
+    `history` and `texts` (each card's verdict sentence) are passed in because they are refreshed less often
+    than the rest (without `texts` the sentences are made here); `counters` are Snapshot's counter and cost
+    fields (samples are read from the analysis).
     """
     # The analysis accessors, all here: cards, processes and roles, alerts, findings, sample count.
     cards = list(analyzer.gpus.values())
@@ -291,7 +293,7 @@ def build(
             st.budget_bytes,
             history.get(st.info.index, ()),
             getattr(getattr(st, "lc", None), "phase", ""),
-            analyzer.verdict_text(st) if hasattr(analyzer, "verdict_text") else "",
+            texts[st.info.index] if texts is not None and st.info.index in texts else _verdict_text(analyzer, st),
         )
         for st in cards
     )
@@ -326,6 +328,10 @@ def build(
         episodes=tuple(MappingProxyType(dict(e)) for e in list(getattr(analyzer, "episodes", ()))[-EPISODES_SHOWN:]),
         **counters,
     )
+
+
+def _verdict_text(analyzer: Any, st: Any) -> str:
+    return analyzer.verdict_text(st) if hasattr(analyzer, "verdict_text") else ""
 
 
 def histories(analyzer: Any, windows: Iterable[tuple[str, float]], points: int) -> dict[int, tuple[History, ...]]:

@@ -135,6 +135,8 @@ def read_trace(path: str, warn: bool = True) -> tuple[TraceHeader, Iterator[tupl
         if not stat.S_ISREG(os.stat(path).st_mode):  # a folder, a device, a pipe: would block or never end
             raise TraceError(f"cannot read trace {path}: not a regular file")
         f = open(path, encoding="utf-8")  # noqa: SIM115  # records() below owns the file and closes it
+    except TraceError:
+        raise  # a ValueError too: not to be wrapped a second time below
     except OSError as e:
         raise TraceError(f"cannot read trace {path}: {e.strerror or e}") from None
     except ValueError as e:  # an embedded NUL in the path

@@ -340,7 +340,9 @@ def test_a_broken_line_in_the_middle_stays_an_error(tmp_path):
     "path,why", [(".", "not a regular file"), ("/dev/zero", "not a regular file"), ("", "must not be empty")]
 )
 def test_a_trace_that_is_not_a_file_is_one_line(path, why):
-    one_line_exit_2(oomwatch("replay", path) if path else oomwatch("diagnose", "--replay", path), why)
+    r = oomwatch("replay", path) if path else oomwatch("diagnose", "--replay", path)
+    one_line_exit_2(r, why)
+    assert r.stderr.count("cannot read trace") <= 1  # said once, not wrapped twice
 
 
 # ---- bundled traces by name, help and README -----------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from .behaviours import (
     allocator_cache,
@@ -146,27 +147,29 @@ def daily_cycle_hf_a10(s):
 
 
 # ---- the two real recordings, rebuilt from their parameters (tests/test_scenarios.py compares them) -----
+
+#: The start both H200 recordings made (the same faithful vLLM-like start on each rank), from their parameters.
+H200_RECORDED_START: dict[str, Any] = dict(
+    weights=13 * GiB,
+    shards=5,
+    util=0.9,
+    profile=0.1,
+    captures=51,
+    capture_first=160 * MiB,
+    capture_fall=0.07,
+    graph_s=17,
+    shard_gap=(2.5, 3.5),
+    profile_s=(2.0, 3.0),
+)
+
+
 @scenario(["H200"], 197.0, 20.0)
 def replica_serving_cache_growth(s):
     """Healthy: the H200 recording serving_cache_growth rebuilt from its parameters: 5 shards of 2.6 GiB
     about 3 s apart, a 10% profile spike, KV to 90%, 51 captures from 160 MiB falling 7% over 18 s, then
     150 s of serving with transients up to 1.5 GiB cached in 7 steps over ~90 s."""
     srv = vllm_v1(s, [0], Q32, at=6.1)
-    ready = engine_start(
-        s,
-        srv,
-        6.1,
-        weights=13 * GiB,
-        shards=5,
-        util=0.9,
-        profile=0.1,
-        captures=51,
-        capture_first=160 * MiB,
-        capture_fall=0.07,
-        graph_s=17,
-        shard_gap=(2.5, 3.5),
-        profile_s=(2.0, 3.0),
-    )
+    ready = engine_start(s, srv, 6.1, **H200_RECORDED_START)
     allocator_cache(s, srv, ready, largest=1.5 * GiB, steps=7, level_off_s=88)
     s.end(srv, stop=195.7)
 
@@ -177,21 +180,7 @@ def replica_tp2_cache_growth(s):
     launcher, the same start on each, then 120 s of serving with different request mixes (transients
     up to ~1 GiB; 4 and 6 cache steps): the ranks level off ~1.9 GB apart."""
     srv = sglang(s, [0, 1], Q32, at=6.6)
-    ready = engine_start(
-        s,
-        srv,
-        6.6,
-        weights=13 * GiB,
-        shards=5,
-        util=0.9,
-        profile=0.1,
-        captures=51,
-        capture_first=160 * MiB,
-        capture_fall=0.07,
-        graph_s=17,
-        shard_gap=(2.5, 3.5),
-        profile_s=(2.0, 3.0),
-    )
+    ready = engine_start(s, srv, 6.6, **H200_RECORDED_START)
     allocator_cache(s, srv, ready, largest=[1.0 * GiB, 1.0 * GiB], steps=[4, 6], level_off_s=[90, 48])
     s.end(srv, stop=163.4)
 

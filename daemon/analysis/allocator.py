@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import AllocatorConfig
+from ..config import AllocatorConfig, AnalysisConfig
 from ..model import AllocSample
 from ..words import duration, gib
 from .alerts import Condition
@@ -203,8 +203,9 @@ class _History:
 class AllocBook:
     """Bounded allocator histories per (card UUID, PID), judged per card by the analyzer."""
 
-    def __init__(self, cfg: AllocatorConfig | None = None):
+    def __init__(self, cfg: AllocatorConfig | None = None, horizon_s: float = AnalysisConfig.oom_horizon_s):
         self.cfg = cfg or AllocatorConfig()
+        self.horizon_s = horizon_s  # GPUOOMImminent's horizon: the analysis' one, named once in AnalysisConfig
         self.hist: dict[tuple[str, int], _History] = {}
         self.latest: dict[tuple[str, int], AllocSample] = {}
 
@@ -263,7 +264,7 @@ class AllocBook:
                 all_flat = False
                 if getattr(v, "growth", None) in ("cache_growth", "plateau"):
                     v = replace(v, growth=None)  # the curve took this climb for cache; live tensors say leak
-                out += _leak(gpu, uuid, name, pid, av, capacity_bytes, used_bytes, cfg, now)
+                out += _leak(gpu, uuid, name, pid, av, capacity_bytes, used_bytes, self.horizon_s, now)
             elif av.allocated_growth_bytes > cfg.cache_flat_fraction * max(av.cache_growth_bytes, cfg.leak_min_bytes):
                 all_flat = False
             if av.cache_growth:
@@ -347,7 +348,7 @@ def _leak(
     av: AllocVerdict,
     capacity: float,
     used: float | None,
-    cfg: AllocatorConfig,
+    horizon_s: float,
     now: float,
 ) -> list[tuple[Finding, Condition | None]]:
     rate = av.leak_bytes_per_second
@@ -383,14 +384,14 @@ def _leak(
         rate,
     )
     out: list[tuple[Finding, Condition | None]] = [(f, c)]
-    if eta is not None and eta <= cfg.oom_horizon_s:
+    if eta is not None and eta <= horizon_s:
         s2 = f"GPU {gpu}: at {rate / MiB:.0f} MiB/s of live tensors it is full in {duration(eta)} ({gib(room)} left)"
         f2 = Finding(
             "oom_imminent",
             gpu,
             pid,
             s2,
-            dict(ev, horizon_seconds=cfg.oom_horizon_s),
+            dict(ev, horizon_seconds=horizon_s),
             "Drain and restart the server now, then fix the growth (see GPUMemoryLeak).",
             "critical",
             now,

@@ -117,7 +117,9 @@ class Analyzer:
         self.hostmem = HostMemJudge()  # host RAM trend per server process (HostMemoryLeak)
         self.groups = GroupTracker()  # server groups over time (analysis/processes.py)
         self.group_changes: list[GroupChange] = []  # of the last evaluation: a server's start or its end
-        self.alloc = AllocBook(self.cfg.allocator)  # PyTorch allocator per (card, process), from the probe
+        self.alloc = AllocBook(
+            self.cfg.allocator, self.cfg.oom_horizon_s
+        )  # PyTorch allocator per (card, process), from the probe
         self.server_pids = set(server_pids or ())
         self.engines: list[EngineSnapshot] = []
         self.engines_expected = engines_expected
