@@ -7,6 +7,7 @@ traceback; the errors a user can see are drawn in `daemon.errors`.
     oomwatch record     write a gpu-memory-trace/1 from live NVML
     oomwatch engines    show what oomwatch reads from engine endpoints
     oomwatch examples   list the bundled real traces (`example:NAME` wherever a TRACE is read)
+    oomwatch backtest   the same analysis over a fleet's Prometheus history (`daemon.backtest`)
 
 Every `run` flag can also be set as `OOMWATCH_<FLAG>`. The environment is read after parsing, never while
 the parser is built (so a bad variable cannot break `--help`), and each value goes through the very check
@@ -41,6 +42,7 @@ __all__ = [
     "UsageError",
     "apply_env",
     "build_parser",
+    "cmd_backtest",
     "cmd_diagnose",
     "cmd_engines",
     "cmd_examples",
@@ -402,8 +404,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--json", action="store_true", help="one JSON object per endpoint instead of prose")
     e.add_argument(
-        "--timeout", type=_seconds, default=3.0, metavar="SECONDS", help="per-endpoint HTTP timeout (default 3)"
+        "--timeout",
+        type=_seconds,
+        default=3.0,
+        metavar="SECONDS",
+        help="the whole command's time limit: every endpoint is read at once within it (default 3)",
     )
+
+    from .backtest.command import add_parser as add_backtest
+
+    add_backtest(sub, raw)
 
     sub.add_parser(
         "examples",
@@ -698,10 +708,13 @@ def cmd_engines(args: argparse.Namespace) -> int:
     from .sources.engines import EngineSource
 
     srcs = [EngineSource(u, timeout_s=args.timeout, retries=0) for u in args.urls]  # EngineUrlError: exit 2
-    bad = 0
+    for s in srcs:  # all at once, each on its own worker: the command ends within --timeout in total
+        s.begin()
+    snaps = [s.collect() for s in srcs]
     for s in srcs:
-        snap = s.scrape()
         s.close()
+    bad = 0
+    for snap in snaps:
         bad += not snap.up
         if args.json:
             print(json.dumps(asdict(snap)))
@@ -741,6 +754,12 @@ def cmd_examples(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backtest(args: argparse.Namespace) -> int:
+    from .backtest.command import run
+
+    return run(args, sys.stdout)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .run import cmd_run as run
 
@@ -754,6 +773,7 @@ COMMANDS = {
     "record": cmd_record,
     "engines": cmd_engines,
     "examples": cmd_examples,
+    "backtest": cmd_backtest,
 }
 
 

@@ -12,6 +12,8 @@ it never pages as telemetry.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import threading
@@ -19,6 +21,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from .logbudget import LogBudget
 from .model import GpuInfo, ProcInfo, Sample, SourceStatus
 
 __all__ = ["DUMP_ALERTS", "FlightDumps", "VanishWatch"]
@@ -27,6 +30,8 @@ log = logging.getLogger("oomwatch.flight")
 
 #: Alerts whose firing writes a flight dump (the memory ones; a stray or a down source needs no curve).
 DUMP_ALERTS = ("GPUOOMImminent", "GPUMemoryLeak", "GPUMemorySpikeRisk")
+MAX_REASON_CHARS = 64  # the reason in a dump's file name (an alert name, "suspected-oom-gpu3")
+MAX_NAME_TRIES = 1000  # dumps of one reason in one millisecond before giving up (never, in practice)
 
 
 class VanishWatch:
@@ -37,6 +42,7 @@ class VanishWatch:
         self._last_pids: dict[int, set[int]] = {}
         self._last_used: dict[int, int | None] = {}
         self.count = 0
+        self._log = LogBudget("suspected OOMs")  # a looped replay at a high speed repeats them
 
     def check(self, s: Sample, analyzer: Any) -> list[int]:
         """Cards on which a server process vanished while the card was full. Call with the analysis' lock.
@@ -59,7 +65,9 @@ class VanishWatch:
             servers = sorted(p for p in gone if roles.get(p) is not None and roles[p].role == "server")
             if servers and used_before >= self.full_fraction * st.capacity_bytes:
                 self.count += 1
-                log.warning(
+                self._log.log(
+                    log,
+                    logging.WARNING,
                     "GPU %s: server process %s vanished while the card was %.0f%% full (a suspected OOM)",
                     g.index,
                     ", ".join(map(str, servers)),
@@ -78,9 +86,10 @@ class FlightDumps:
         self.recorder = recorder  # exporters.recorder.FlightRecorder
         self.directory = directory
         self.gpus = tuple(gpus)
-        self.count = 0
+        self.count = 0  # dumps written (not begun)
         self.status = SourceStatus("flight", True)
         self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
 
     def add(self, s: Sample) -> None:
         self.recorder.add(s)
@@ -95,26 +104,47 @@ class FlightDumps:
         self.recorder.rss(r)
 
     def dump(self, reason: str) -> str | None:
-        """Start writing a dump; returns the path it will have (None when even the folder failed)."""
+        """Start writing a dump; returns the path it will have (None when even the folder failed).
+
+        The name is reserved at once (created exclusively, empty, then replaced by the written trace), so two
+        dumps of one alert in one second, or of two daemons on one folder, never overwrite each other."""
         try:
             os.makedirs(self.directory, exist_ok=True)
+            path = self._reserve(reason)
         except OSError as e:
-            self._failed(f"cannot create {self.directory}: {e.strerror or e}")
+            self._failed(f"cannot write in {self.directory}: {e.strerror or e}")
             return None
-        path = os.path.join(self.directory, f"oomwatch-{time.strftime('%Y%m%dT%H%M%S')}-{reason}.jsonl")
         frozen = self.recorder.frozen()  # copy now (cheap); write in the background
         th = threading.Thread(target=self._write, args=(frozen, path, reason), name="oomwatch-flight", daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [th]
         th.start()
-        self.count += 1
         return path
+
+    def _reserve(self, reason: str) -> str:
+        """A new file name for a dump, created empty with O_EXCL (a taken name gets the next number)."""
+        now = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in reason)[:MAX_REASON_CHARS] or "dump"
+        for n in range(1, MAX_NAME_TRIES + 1):
+            path = os.path.join(self.directory, f"oomwatch-{stamp}-{safe}{'' if n == 1 else f'-{n}'}.jsonl")
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                return path
+            except FileExistsError:
+                continue
+        raise FileExistsError(errno.EEXIST, f"{MAX_NAME_TRIES} dumps named oomwatch-{stamp}-{safe} already")
 
     def _write(self, frozen: Any, path: str, reason: str) -> None:
         try:
             frozen.dump(path, self.gpus, reason)
+        except Exception as e:  # noqa: BLE001 - a sink's failure is its status and one line, never a traceback
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # the empty reservation: no trace there
+            self._failed(f"cannot write {path}: {getattr(e, 'strerror', None) or e}")
+            return
+        with self._lock:
+            self.count += 1  # only dumps actually written count (oomwatch_flight_dumps_total)
             self.status = SourceStatus("flight", True)
-        except OSError as e:
-            self._failed(f"cannot write {path}: {e.strerror or e}")
 
     def _failed(self, why: str) -> None:
         self.status = SourceStatus("flight", False, why)

@@ -23,7 +23,8 @@ SHAPE_WORDS = {
 
 
 def _pct(b: float, cap: float) -> str:
-    return f"{b / cap:.1%}" if cap else gib(b)
+    """`b` as a share of `cap`; a card of no known size (0 bytes) shows the bytes instead of dividing by 0."""
+    return f"{b / cap:.1%}" if cap > 0 else gib(b)
 
 
 def _rate(bps: float) -> str:
@@ -101,7 +102,7 @@ def card_line(a: Analyzer, st: GpuState) -> str:
     cap = st.capacity_bytes or i.total_bytes
     used = float(st.sample.used_bytes) if st.sample and st.sample.used_bytes is not None else 0.0
     peak = st.peak_used_bytes
-    head = f"GPU {i.index} {i.name}: {used / cap:.1%} used now, peak {peak / cap:.1%} ({gib(peak)} of {gib(cap)})"
+    head = f"GPU {i.index} {i.name}: {_pct(used, cap)} used now, peak {_pct(peak, cap)} ({gib(peak)} of {gib(cap)})"
     return f"{head}; {verdict_sentence(a, st)}"
 
 

@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -30,14 +31,23 @@ log = logging.getLogger("oomwatch")
 WAIT_SLICE_S = 1.0
 
 
-def on_signals(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT set `stop` (the main thread then shuts down cleanly)."""
+def on_signals(stop: threading.Event, on_hup: Callable[[], None] | None = None) -> None:
+    """SIGTERM and SIGINT set `stop` (the main thread then shuts down cleanly). SIGHUP (a reload, a
+    terminal that closed) runs `on_hup` on a thread of its own and the daemon goes on: by default it would
+    end the process without saving anything."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    def hup(signum: int, frame: FrameType | None) -> None:
+        # On a thread: the handler runs on the main thread, which may hold the lock a save needs.
+        if on_hup is not None:
+            threading.Thread(target=on_hup, name="oomwatch-sighup", daemon=True).start()
+
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, hup)
 
 
 def config_from_args(args: argparse.Namespace) -> DaemonConfig:
@@ -84,10 +94,25 @@ def check(cfg: DaemonConfig) -> None:
 
         if os.path.abspath(cfg.record) == os.path.abspath(bundled.resolve(cfg.replay)):
             raise UsageError(f"--record {cfg.record} would overwrite the trace being replayed")
-    if cfg.flight_dir and os.path.exists(cfg.flight_dir) and not os.path.isdir(cfg.flight_dir):
-        raise UsageError(f"--flight-dir {cfg.flight_dir} exists and is not a folder")
-    if cfg.state_dir and os.path.exists(cfg.state_dir) and not os.path.isdir(cfg.state_dir):
-        raise UsageError(f"--state-dir {cfg.state_dir} exists and is not a folder")
+    for flag, folder in (("--flight-dir", cfg.flight_dir), ("--state-dir", cfg.state_dir)):
+        if folder:
+            writable_dir(flag, folder)
+
+
+def writable_dir(flag: str, folder: str) -> None:
+    """Make `folder` if needed and write a file in it, as `--record` is opened at start: a folder that
+    cannot be written fails now, in one line, not at the first dump or save hours later (a read-only mount,
+    a full disk, a folder of another user; root passes `os.access`, so a real write is the only test)."""
+    import tempfile
+
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"{flag} {folder} exists and is not a folder")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder, prefix=".oomwatch-write-test-"):
+            pass
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{flag} {folder}: cannot write there: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _open_source(cfg: DaemonConfig) -> Any:
@@ -141,7 +166,12 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
 
     check(cfg)
     engines = [EngineSource(u) for u in cfg.engine_url]  # EngineUrlError: one line
-    src = _open_source(cfg)
+    state_lock = _lock_state(cfg)  # UsageError: one line (another daemon holds the folder)
+    try:
+        src = _open_source(cfg)
+    except BaseException:
+        _unlock(state_lock)
+        raise
     sampler = httpd = None
     try:
         recorder = pusher = flight = keeper = None
@@ -169,7 +199,7 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
         httpd, _ = _serve(cfg, sampler)
         if stop is None:
             stop = threading.Event()
-            on_signals(stop)
+            on_signals(stop, keeper.save if keeper is not None else _nothing_to_save)
         what = (
             f"replaying {cfg.replay} at {cfg.speed:g}x"
             if cfg.replay
@@ -200,7 +230,26 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
             httpd.shutdown()
             httpd.server_close()
         src.close()
+        _unlock(state_lock)
     return 0
+
+
+def _lock_state(cfg: DaemonConfig) -> Any:
+    """The `--state-dir` lock (daemon/state.py), held until the daemon ends; None without a state folder."""
+    if not cfg.state_dir:
+        return None
+    from . import state
+
+    return state.lock(cfg.state_dir)
+
+
+def _unlock(lock: Any) -> None:
+    if lock is not None:
+        lock.close()  # closing the file releases the flock
+
+
+def _nothing_to_save() -> None:
+    log.info("SIGHUP: no --state-dir, nothing to save; going on")
 
 
 class StateKeeper:
@@ -210,6 +259,7 @@ class StateKeeper:
         from . import state
 
         self.state, self.dir, self.sampler, self.every = state, state_dir, sampler, every_s
+        self._saving = threading.Lock()  # the minute's save and a SIGHUP's never write at once
         self.next = time.monotonic() + every_s
         with sampler._lock:
             n = state.load(sampler.analyzer, state_dir, self._offset())
@@ -225,9 +275,11 @@ class StateKeeper:
             self.save()
 
     def save(self) -> None:
+        """Write the state now (every minute, on SIGHUP, at the end); one save at a time."""
         try:
-            with self.sampler._lock:
-                self.state.save(self.sampler.analyzer, self.dir, self._offset())
+            with self._saving, self.sampler._lock:
+                n = self.state.save(self.sampler.analyzer, self.dir, self._offset())
+            log.debug("state: saved %d card(s) to %s", n, self.dir)
         except Exception as e:  # noqa: BLE001 - a state write must never stop the daemon
             log.error("state: could not save to %s: %s", self.dir, e)
 

@@ -28,6 +28,7 @@ from .analysis.analyzer import Analyzer
 from .config import DaemonConfig
 from .feed import rss_limit
 from .flight import DUMP_ALERTS, FlightDumps, VanishWatch
+from .logbudget import LogBudget
 from .model import AllocSample, EngineSnapshot, ProcInfo, RssSample, Sample, SourceStatus
 
 __all__ = ["Sampler"]
@@ -80,6 +81,8 @@ class Sampler:
         self._wall_offset = time.time() - time.monotonic()
         self._replay_t0, self._replay_wall0 = 0.0, time.time()
         self._sched: Any = None
+        self._stopping = threading.Event()  # set by stop(): a job waiting on an endpoint gives up at once
+        self._log_budget = LogBudget("alert transitions")
         self._sample_cost: float | None = None
         self._analysis_cost: float | None = None
         self._sources: dict[str, SourceStatus] = {}
@@ -223,8 +226,10 @@ class Sampler:
 
     def _on_transition(self, tr: Any) -> None:
         a = tr.alert
-        # a page is a warning; its end is ordinary news
-        log.log(logging.WARNING if tr.state == "firing" else logging.INFO, "%s %s %s", a.alertname, tr.state, a.summary)
+        # a page is a warning; its end is ordinary news (within a budget: a replay at --speed 1e6 --loop
+        # makes hundreds a second)
+        level = logging.WARNING if tr.state == "firing" else logging.INFO
+        self._log_budget.log(log, level, "%s %s %s", a.alertname, tr.state, a.summary)
         if tr.state == "firing" and a.alertname in DUMP_ALERTS:
             path = self._dump(a.alertname)
             if path:
@@ -264,7 +269,7 @@ class Sampler:
             groups = group_members(self.analyzer.roles, self.analyzer.procs)
         new, gone = self.discovery.update(groups)
         for d in gone:
-            log.info("server group %s is gone; no longer scraping %s", d.group, d.source.url)
+            log.info("server group %s is gone; no longer scraping %s", d.group, getattr(d.source, "shown", "an engine"))
             self.engines = [e for e in self.engines if e is not d.source]
             self._sources.pop(d.source.name, None)
             d.source.close()
@@ -279,11 +284,18 @@ class Sampler:
             self._sched.get_job("engines").modify(next_run_time=_utcnow())
 
     def engine_job(self) -> None:
+        """Scrape every engine at once, each on its own worker within its own deadline, and wait no longer
+        than the slowest deadline (or until stop): a slow or dripping endpoint holds up nothing else."""
         snaps: list[EngineSnapshot] = []
         now = self._now()
-        for e in self.engines:
+        engines = list(self.engines)
+        for e in engines:
+            if hasattr(e, "begin"):
+                e.begin()
+        for e in engines:
             try:
-                snaps += [r for r in e.poll(now) if isinstance(r, EngineSnapshot)]
+                got = [e.collect(self._stopping)] if hasattr(e, "collect") else e.poll(now)
+                snaps += [r for r in got if isinstance(r, EngineSnapshot)]
             except Exception as ex:  # noqa: BLE001 - EngineSource never raises; belt and braces
                 log.exception("engine scrape failed")
                 e.status = SourceStatus(e.name, False, str(ex))
@@ -378,6 +390,7 @@ class Sampler:
         self._sched = sch
 
     def stop(self) -> None:
+        self._stopping.set()
         if self._sched is not None:
             self._sched.shutdown(wait=True)
             self._sched = None

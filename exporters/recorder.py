@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -19,6 +20,9 @@ from typing import TextIO
 
 from daemon.model import AllocSample, GpuInfo, ProcInfo, RssSample, Sample, SourceStatus
 from daemon.trace import alloc_line, header_line, proc_line, rss_line, sample_line
+
+#: Process descriptions a flight recorder keeps before it first prunes (a pod has a few dozen processes).
+MIN_PROCS_KEPT = 256
 
 __all__ = ["FlightRecorder", "TraceRecorder"]
 
@@ -102,6 +106,7 @@ class FlightRecorder:
         self._samples: collections.deque[Sample] = collections.deque()
         self._lines: collections.deque[tuple[float, str]] = collections.deque()  # alloc and rss lines, rendered
         self._procs: dict[int, tuple[float, ProcInfo]] = {}
+        self._prune_at = MIN_PROCS_KEPT
 
     def add(self, s: Sample) -> None:
         q = self._samples
@@ -111,6 +116,17 @@ class FlightRecorder:
         lines = self._lines
         while lines and s.t - lines[0][0] > self.window_s:
             lines.popleft()
+        if len(self._procs) > self._prune_at:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget the descriptions no dump can write: PIDs that hold nothing in the window and were described
+        before it began. Run when the table has doubled since the last prune (amortised O(1) a sample), so it
+        stays within twice the live set under any PID churn."""
+        start = self._samples[0].t if self._samples else -math.inf
+        live = {pid for s in self._samples for g in s.gpus for pid, _ in g.procs}
+        self._procs = {pid: v for pid, v in self._procs.items() if pid in live or v[0] >= start}
+        self._prune_at = max(MIN_PROCS_KEPT, 2 * len(self._procs))
 
     def alloc(self, t: float, samples: Iterable[AllocSample]) -> None:
         """The allocator probes' readings of one read (kept as its `alloc` line)."""
@@ -133,6 +149,16 @@ class FlightRecorder:
 
     def dump(self, path: str, gpus: Iterable[GpuInfo], reason: str = "") -> str:
         tmp = path + ".part"
+        try:
+            self._write(tmp, gpus, reason)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.replace(tmp, path)
+        return path
+
+    def _write(self, tmp: str, gpus: Iterable[GpuInfo], reason: str) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(header_line(gpus, None, None, reason=reason) + "\n")
             t0 = self._samples[0].t if self._samples else 0.0
@@ -150,5 +176,3 @@ class FlightRecorder:
             while nxt is not None:
                 f.write(nxt[1] + "\n")
                 nxt = next(lines, None)
-        os.replace(tmp, path)
-        return path

@@ -80,6 +80,7 @@ class FakeNvml:
         return len(self.cards)
 
     def nvmlDeviceGetHandleByIndex(self, i):
+        self._check("nvmlDeviceGetHandleByIndex", i)
         return i
 
     def _dev(self, h):

@@ -15,6 +15,8 @@ TGI: `tgi_queue_size`, `tgi_batch_current_size` (no KV gauge).
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EngineUrlError  # one line for the user; defined with the other user errors
 from ..model import EngineSnapshot, SourceStatus
+from ..redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     import httpx
@@ -33,18 +36,19 @@ MAX_BODY_BYTES = 8 << 20  # a /metrics page larger than this is refused, not par
 
 
 def metrics_url(url: str) -> str:
-    """Accept a base URL or the full /metrics URL; check it is http(s) with a host."""
+    """Accept a base URL or the full /metrics URL; check it is http(s) with a host. An error shows the URL
+    redacted: it may carry credentials (`http://user:pw@host`, `?token=`)."""
     u = url if "://" in url else "http://" + url
     try:
         parts = urlsplit(u)
     except ValueError as e:  # an unclosed IPv6 bracket, control characters
-        raise EngineUrlError(f"not a valid URL: {url!r} ({e})") from None
+        raise EngineUrlError(f"not a valid URL: {redact_url(url)!r} ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EngineUrlError(f"not an http(s) URL: {url!r}")
+        raise EngineUrlError(f"not an http(s) URL: {redact_url(url)!r}")
     try:
         _ = parts.port  # raises on a port that is not a number
     except ValueError:
-        raise EngineUrlError(f"bad port in URL: {url!r}") from None
+        raise EngineUrlError(f"bad port in URL: {redact_url(url)!r}") from None
     path = parts.path.rstrip("/")
     if not path.endswith("/metrics"):
         path += "/metrics"
@@ -52,12 +56,15 @@ def metrics_url(url: str) -> str:
 
 
 def _flatten(text: str) -> Metrics:
+    """Every sample by name; a value that is not a finite number (NaN, +Inf) is left out, so it reads as
+    unknown (None) downstream rather than as a ratio or a count."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: Metrics = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
+            if isinstance(s.value, (int, float)) and math.isfinite(s.value):  # NaN, +Inf: unknown, left out
+                out.setdefault(s.name, []).append((s.labels, float(s.value)))
     return out
 
 
@@ -75,12 +82,14 @@ def detect_kind(names: Iterable[str]) -> str | None:
 
 
 def _num(v: str | float | None) -> float | None:
+    """A label's number (`gpu_memory_utilization="0.9"`), None when absent or not a finite number."""
     if v is None or v in ("None", "", "none", "null"):
         return None
     try:
-        return float(v)
-    except (TypeError, ValueError):
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return f if math.isfinite(f) else None
 
 
 def _bool(v: str | None) -> bool | None:
@@ -259,25 +268,75 @@ def parse_metrics(url: str, text: str) -> EngineSnapshot:
     kind = detect_kind(m)
     if kind is None:
         return EngineSnapshot(url, up=False, error="no vLLM, SGLang, TGI or llama.cpp metrics in the answer")
-    return {"vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "llamacpp": _llamacpp}[kind](url, m)
+    try:
+        return {"vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "llamacpp": _llamacpp}[kind](url, m)
+    except (ValueError, OverflowError, TypeError, ZeroDivisionError) as e:  # a count too large for an int
+        return EngineSnapshot(url, up=False, error=f"impossible values in metrics: {type(e).__name__}: {str(e)[:80]}")
+
+
+#: One scrape's whole budget by default: connect, headers, body and every retry together.
+DEFAULT_TIMEOUT_S = 2.0
+#: How often a wait for a scrape looks at its stop event (a clean stop never waits out a slow endpoint).
+STOP_POLL_S = 0.05
+
+
+class _DeadlineError(Exception):
+    """The scrape's total budget ran out (raised between chunks of a slow body)."""
+
+
+class _Scrape:
+    """One scrape in flight on its own daemon thread; the caller waits for it only until the deadline.
+
+    A worker of its own per scrape, not the scheduler's thread: name resolution and a body that drips one
+    byte a second are not bounded by httpx's per-read timeout, and must hold up neither the caller nor a
+    clean stop. At most one is in flight per source: a hung one is reported, never piled up.
+    """
+
+    def __init__(self, run: Any, deadline: float) -> None:
+        self.deadline = deadline
+        self.done = threading.Event()
+        self.result: EngineSnapshot | None = None
+        self._run = run
+        self.thread = threading.Thread(target=self._main, name="oomwatch-engine-scrape", daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.result = self._run(self.deadline)
+        except Exception as e:  # noqa: BLE001 - a worker's exception would print a traceback; it is a reason
+            self.result = EngineSnapshot("", up=False, error=f"{type(e).__name__}: {redact_text(str(e))[:120]}")
+        finally:
+            self.done.set()
+
+    def wait(self, stop: threading.Event | None = None) -> bool:
+        """Wait until the scrape is done, its deadline passes or `stop` is set; True when done."""
+        while not self.done.is_set():
+            left = self.deadline - time.monotonic()
+            if left <= 0 or (stop is not None and stop.is_set()):
+                return self.done.is_set()
+            self.done.wait(min(STOP_POLL_S, left))
+        return True
 
 
 class EngineSource:
-    """Scrapes one engine endpoint with a timeout, a bounded body and retries with backoff."""
+    """Scrapes one engine endpoint within one total deadline (`timeout_s`: connect, headers, body, size and
+    retries with backoff together), on a worker thread of its own, so nothing waits longer than that."""
 
     def __init__(
         self,
         url: str,
-        timeout_s: float = 2.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         retries: int = 2,
         backoff_s: float = 0.2,
         client: httpx.Client | None = None,
     ):
         self.url = metrics_url(url)  # raises EngineUrlError
-        self.name = f"engine:{self.url}"
+        self.shown = redact_url(self.url)  # what names, logs and snapshots carry: never its credentials
+        self.name = f"engine:{self.shown}"
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self._client = client
-        self.last = EngineSnapshot(self.url, up=False, error="not scraped yet")
+        self._inflight: _Scrape | None = None
+        self.last = EngineSnapshot(self.shown, up=False, error="not scraped yet")
         self.status = SourceStatus(self.name, False, "not scraped yet")
 
     def _client_(self) -> httpx.Client:
@@ -287,8 +346,17 @@ class EngineSource:
             self._client = httpx.Client(timeout=self.timeout_s, follow_redirects=True)
         return self._client
 
-    def _get(self) -> str:
-        with self._client_().stream("GET", self.url, headers={"Accept": "text/plain"}) as r:
+    def _get(self, deadline: float) -> str:
+        """The body, or an exception; each httpx timeout is what is left of the budget, and the budget is
+        checked again after every chunk (a drip of one byte a second never times out a single read)."""
+        import httpx
+
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _DeadlineError
+        with self._client_().stream(
+            "GET", self.url, headers={"Accept": "text/plain"}, timeout=httpx.Timeout(left)
+        ) as r:
             if r.status_code != 200:
                 raise RuntimeError(f"HTTP {r.status_code}")
             ctype = r.headers.get("content-type", "")
@@ -301,30 +369,64 @@ class EngineSource:
                 if size > MAX_BODY_BYTES:
                     raise RuntimeError(f"body larger than {MAX_BODY_BYTES >> 20} MiB")
                 chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise _DeadlineError
         return b"".join(chunks).decode("utf-8", errors="replace")
 
-    def scrape(self) -> EngineSnapshot:
+    def _timed_out(self) -> str:
+        return f"timed out: no complete answer within the {self.timeout_s:g} s timeout"
+
+    def _attempts(self, deadline: float) -> EngineSnapshot:
+        """The scrape itself (on the worker): attempts with backoff until one answers or the budget is spent."""
         import httpx
 
-        t0 = time.perf_counter()
-        err: str | None = None
-        snap = EngineSnapshot(self.url, up=False, error="not scraped")  # replaced on the first attempt
+        snap = EngineSnapshot(self.shown, up=False, error=self._timed_out())
         for attempt in range(self.retries + 1):
             try:
-                text = self._get()
+                text = self._get(deadline)
                 if text.lstrip().startswith("<"):
                     raise RuntimeError("answered an HTML page, not Prometheus metrics")
-                snap = parse_metrics(self.url, text)
-                err = snap.error
-                break  # parsed, or unparsable: a retry now would get the same body
+                return parse_metrics(self.shown, text)  # parsed, or unparsable: a retry gets the same body
+            except _DeadlineError:
+                return EngineSnapshot(self.shown, up=False, error=self._timed_out())
             except (httpx.HTTPError, httpx.InvalidURL, RuntimeError, OSError, ValueError) as e:
-                err = _describe(e)
-                snap = EngineSnapshot(self.url, up=False, error=err)
-                if attempt < self.retries:
-                    time.sleep(self.backoff_s * (2**attempt))
-        self.last = snap
-        self.status = SourceStatus(self.name, snap.up, err if not snap.up else None, time.perf_counter() - t0)
+                snap = EngineSnapshot(self.shown, up=False, error=_describe(e))
+                pause = self.backoff_s * (2**attempt)
+                if attempt == self.retries or time.monotonic() + pause >= deadline:
+                    break
+                time.sleep(pause)
         return snap
+
+    def begin(self) -> None:
+        """Start a scrape on its worker unless one is still in flight (a hung endpoint gets no second one)."""
+        if self._inflight is None:
+            self._inflight = _Scrape(self._attempts, time.monotonic() + self.timeout_s)
+
+    def collect(self, stop: threading.Event | None = None) -> EngineSnapshot:
+        """The snapshot of the scrape begun last: its answer, or down with 'timed out' once its deadline has
+        passed (the worker is left to end by itself), or the last snapshot as it stands when `stop` is set."""
+        job = self._inflight
+        if job is None:
+            return self.last
+        t0 = job.deadline - self.timeout_s
+        if job.wait(stop):
+            self._inflight = None
+            snap = job.result or EngineSnapshot(self.shown, up=False, error="no answer")
+            if not snap.url:
+                snap = EngineSnapshot(self.shown, up=False, error=snap.error)
+        elif time.monotonic() >= job.deadline:
+            snap = EngineSnapshot(self.shown, up=False, error=self._timed_out())
+        else:  # stopping: report nothing new
+            return self.last
+        self.last = snap
+        took = min(time.monotonic(), job.deadline) - t0
+        self.status = SourceStatus(self.name, snap.up, None if snap.up else snap.error, took)
+        return snap
+
+    def scrape(self, stop: threading.Event | None = None) -> EngineSnapshot:
+        """One scrape, returned within `timeout_s` whatever the endpoint does."""
+        self.begin()
+        return self.collect(stop)
 
     cards: tuple[()] = ()  # the `Source` protocol: an engine reports no card of its own
 
@@ -332,7 +434,12 @@ class EngineSource:
         """The `Source` protocol: one scrape (its EngineSnapshot)."""
         return [self.scrape()]
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 0.0) -> None:
+        """Close the client. A scrape still in flight is waited for at most `wait_s` (a clean stop is prompt),
+        then left: its daemon thread ends by itself at its deadline plus at most one read timeout."""
+        job = self._inflight
+        if job is not None and wait_s > 0:
+            job.done.wait(wait_s)
         if self._client is not None:
             self._client.close()
 
@@ -364,4 +471,4 @@ def _describe(e: Exception) -> str:
         return "connection refused or host unreachable"
     if isinstance(e, httpx.TimeoutException):
         return "timed out"
-    return str(e)[:160] or type(e).__name__
+    return redact_text(str(e))[:160] or type(e).__name__  # httpx names the URL in some errors

@@ -27,6 +27,8 @@ log = logging.getLogger("oomwatch.nvml")
 
 
 MIG_INDEX_BASE = 1000  # MIG instance n of card c is watched as index 1000 * (c + 1) + n
+OPEN_ATTEMPTS = 3  # a card's handle and memory size are asked this many times at open before giving up
+OPEN_RETRY_S = 0.1  # between those attempts
 
 
 def _text(v: Any) -> Any:
@@ -84,13 +86,22 @@ class NvmlSource:
         infos = []
         handles = []
         for i in range(count):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
+            h = self._handle(i)  # NvmlUnavailable: one line naming the card
             name = _text(self._q("nvmlDeviceGetName", h, gpu=i)) or "GPU"
             uuid = _text(self._q("nvmlDeviceGetUUID", h, gpu=i)) or f"GPU-index-{i}"
-            mem = self._q("nvmlDeviceGetMemoryInfo", h, gpu=i)
+            total = self._total(h, i)
+            if total is None:
+                log.warning(
+                    "GPU %d (%s): its memory size cannot be read (%s); it is left out rather than watched as a "
+                    "card of 0 bytes",
+                    i,
+                    uuid,
+                    self.errors.get(i, "no answer"),
+                )
+                continue
             mig = self._q("nvmlDeviceGetMigMode", h, gpu=i)
             mig_on = bool(mig and mig[0] == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
-            parent = GpuInfo(i, name, uuid, int(mem.total) if mem is not None else 0, mig_on)
+            parent = GpuInfo(i, name, uuid, total, mig_on)
             if mig_on:
                 instances, why = self._mig_instances(h, i, name)
                 if instances:
@@ -109,10 +120,43 @@ class NvmlSource:
                 )
             handles.append(h)
             infos.append(parent)
+        if not infos:
+            raise NvmlUnavailable(
+                f"NVML cannot read the memory size of any of the {count} GPU(s) "
+                f"({'; '.join(f'GPU {i}: {e}' for i, e in sorted(self.errors.items())) or 'no answer'})"
+            )
         self._handles = handles
         self.errors.clear()
         self.gpus = tuple(infos)
         return self.gpus
+
+    def _handle(self, i: int) -> Any:
+        """Card `i`'s handle, asked up to `OPEN_ATTEMPTS` times (a card still initialising answers late);
+        a card that cannot be opened is a one-line `NvmlUnavailable`, never an NVMLError traceback."""
+        nv = self._lib
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                return nv.nvmlDeviceGetHandleByIndex(i)
+            except nv.NVMLError as e:
+                if attempt == OPEN_ATTEMPTS - 1:
+                    raise NvmlUnavailable(
+                        f"NVML cannot open GPU {i} ({e}); check `nvidia-smi -i {i}`, or hide the card from the "
+                        "container (NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)"
+                    ) from None
+                time.sleep(OPEN_RETRY_S)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _total(self, h: Any, i: int) -> int | None:
+        """The card's memory size, asked up to `OPEN_ATTEMPTS` times; None when it cannot be read (or reads
+        0): every ratio divides by it, so a card of 0 bytes is never recorded."""
+        for attempt in range(OPEN_ATTEMPTS):
+            mem = self._q("nvmlDeviceGetMemoryInfo", h, gpu=i)
+            total = getattr(mem, "total", None)
+            if isinstance(total, int) and total > 0:
+                return total
+            if attempt < OPEN_ATTEMPTS - 1:
+                time.sleep(OPEN_RETRY_S)
+        return None
 
     def _mig_instances(self, h: Any, i: int, parent_name: str) -> tuple[list[tuple[Any, GpuInfo]], str | None]:
         """([(handle, GpuInfo)] of the card's MIG instances, or [] and why they cannot be read)."""

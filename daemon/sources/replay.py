@@ -4,16 +4,27 @@
 the daemon's sampler drives a replay exactly as it drives NVML. Only samples and `proc` lines are read
 (see `daemon.trace`). With `loop`, the trace starts again with its times shifted, so counters and the
 analysis see one continuous run.
+
+One poll returns at most `MAX_RECORDS_PER_POLL` records: at `--speed 1e6 --loop` a poll would otherwise
+play the trace over and over for as long as it is behind, never return, and hold up `--duration`, SIGTERM
+and every other job. Beyond what the analysis can take, the replay simply runs behind its clock. Each new
+pass of a loop is logged at most once every `LOOP_LOG_EVERY_S`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
 from ..errors import TraceError
 from ..model import GpuInfo, GpuSample, ProcInfo, Sample, SourceStatus
 from ..trace import read_trace
+
+log = logging.getLogger("oomwatch.replay")
+
+MAX_RECORDS_PER_POLL = 2000  # one poll's share: ~0.1 s of analysis, so a stop is never kept waiting
+LOOP_LOG_EVERY_S = 10.0  # at most one "pass N" line this often, whatever the speed
 
 
 class ReplaySource:
@@ -32,6 +43,9 @@ class ReplaySource:
         self._offset = 0.0
         self._t_last = 0.0
         self.finished = False
+        self.passes = 1  # passes of the trace begun (a loop starts a new one at each end)
+        self._loop_logged_at = -float("inf")
+        self._loop_logged_passes = 1
         self.status = SourceStatus("replay", True)
 
     def _next(self) -> tuple[float, object] | None:
@@ -45,18 +59,31 @@ class ReplaySource:
                 return None
             self._offset += self._t_last - (self._t_first or 0.0) + 0.05
             self.header, self._it = read_trace(self.path, warn=False)  # a cut end was reported on the first pass
+            self.passes += 1
+            self._log_pass()
             return next(self._it, None)
         except TraceError as e:
             self.status = SourceStatus("replay", False, str(e))
             return None
 
+    def _log_pass(self) -> None:
+        """Say that the loop started again, at most once every LOOP_LOG_EVERY_S (with how many passes)."""
+        wall = time.monotonic()
+        if wall - self._loop_logged_at < LOOP_LOG_EVERY_S:
+            return
+        n = self.passes - self._loop_logged_passes
+        log.info(
+            "replay of %s: pass %d begins%s", self.path, self.passes, f" ({n} since the last line)" if n > 1 else ""
+        )
+        self._loop_logged_at, self._loop_logged_passes = wall, self.passes
+
     def poll(self, now: float | None = None) -> list[object]:
-        """Everything due by `now` (wall clock): Samples (time-shifted) and ProcInfos."""
+        """What is due by `now` (wall clock), at most MAX_RECORDS_PER_POLL: Samples (time-shifted), ProcInfos."""
         now = self.clock() if now is None else now
         if self._start_wall is None:
             self._start_wall = now
         due: list[object] = []
-        while True:
+        while len(due) < MAX_RECORDS_PER_POLL:
             rec = self._next()
             if rec is None:
                 self.finished = True
