@@ -1,7 +1,8 @@
-"""Exporters read the sampler's snapshot: Prometheus /metrics, the status page, Alertmanager push, traces.
+"""Exporters read the sampler's snapshot: Prometheus /metrics (and its HTTP server), the status page,
+Alertmanager push, traces.
 
 Each reads only `daemon.snapshot.Snapshot` (or, for the recorders, the records the sampler hands them);
 none reaches into the analysis.
 """
 
-__all__ = ["alertmanager", "metrics", "plot", "recorder", "status"]
+__all__ = ["alertmanager", "labels", "metrics", "plot", "recorder", "server", "status"]

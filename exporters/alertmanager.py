@@ -8,6 +8,9 @@ next round with backoff; resolves are kept until delivered; the daemon never wai
 
 Alertmanager is a sink: its health is `oomwatch_sink_up{sink="alertmanager:URL"}` and a log line, never a
 telemetry alert. Alert times come from the snapshot's AlertViews, already on the wall clock.
+
+Every alert gets the `node` label (the rules' copies carry it from the series, by the same name), and its
+summary says the node first: a page read on a phone names the machine without opening it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import PushTiming
+from daemon.config import NODE_LABEL, PushTiming, node_name
 from daemon.model import SourceStatus
+from daemon.redact import redact_url
+
+from .labels import URL_LABELS, shown
 
 if TYPE_CHECKING:
     import httpx
@@ -59,8 +65,11 @@ class AlertmanagerPusher:
         timeout_s: float | None = None,
         client: httpx.Client | None = None,
         timing: PushTiming | None = None,
+        node: str | None = None,
     ):
         import httpx
+
+        self.node = node_name() if node is None else node
 
         self.timing = timing or PushTiming()
         self.urls = [
@@ -72,14 +81,14 @@ class AlertmanagerPusher:
         self._resolved: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}  # resolves not yet delivered everywhere
         self._failures: dict[str, int] = {u: 0 for u in self.urls}
         self._next_try: dict[str, float] = {u: 0.0 for u in self.urls}
-        self.status = {u: SourceStatus(f"alertmanager:{u}", True) for u in self.urls}
+        self.status = {u: SourceStatus(f"alertmanager:{redact_url(u)}", True) for u in self.urls}
 
     def resolved(self, alert_view: AlertView, wall_now: float) -> None:
         """Queue the resolve of one alert (an AlertView with wall-clock times) until every URL has it."""
         key = tuple(sorted(alert_view.labels.items()))
         self._resolved[key] = alert_payload(
-            alert_view.labels,
-            alert_view.annotations,
+            self._labels(alert_view),
+            self._annotations(alert_view),
             _wall(alert_view.active_since_wall, wall_now),
             wall_now,
             self.generator_url,
@@ -91,8 +100,8 @@ class AlertmanagerPusher:
         ends = wall_now + max(tm.ends_at_intervals * self.interval_s, tm.ends_at_min_s)
         body = [
             alert_payload(
-                a.labels,
-                a.annotations,
+                self._labels(a),
+                self._annotations(a),
                 _wall(a.fired_at_wall or a.active_since_wall, wall_now),
                 ends,
                 self.generator_url,
@@ -115,7 +124,7 @@ class AlertmanagerPusher:
             except Exception as e:  # noqa: BLE001 - httpx errors, DNS, refused: all the same here
                 ok, err = False, str(e)[:160] or type(e).__name__
             dur = time.perf_counter() - t0
-            self.status[url] = SourceStatus(f"alertmanager:{url}", ok, err, dur)
+            self.status[url] = SourceStatus(f"alertmanager:{redact_url(url)}", ok, err, dur)
             if ok:
                 self._failures[url] = 0
             else:
@@ -123,9 +132,20 @@ class AlertmanagerPusher:
                 n = self._failures[url] = self._failures[url] + 1
                 backoff = self.interval_s * 2 ** min(n, tm.backoff_max_doublings)
                 self._next_try[url] = time.monotonic() + min(tm.backoff_max_s, backoff)
-                log.warning("Alertmanager %s: %s (retrying)", url, err)
+                log.warning("Alertmanager %s: %s (retrying)", redact_url(url), err)
         if all_ok:
             self._resolved.clear()
+
+    def _labels(self, a: AlertView) -> dict[str, Any]:
+        """The alert's labels as the exposition shows them (URLs redacted), plus `node`."""
+        labels = {k: shown(str(v)) if k in URL_LABELS else v for k, v in a.labels.items()}
+        return {**labels, NODE_LABEL: self.node}
+
+    def _annotations(self, a: AlertView) -> dict[str, Any]:
+        ann = dict(a.annotations)
+        if ann.get("summary"):
+            ann["summary"] = f"{self.node}: {ann['summary']}"
+        return ann
 
     def close(self) -> None:
         self._client.close()

@@ -12,28 +12,32 @@ from __future__ import annotations
 
 import collections
 import logging
+import platform
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, StateSetMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
+from daemon import __version__
+from daemon.config import NODE_LABEL, node_name
 from daemon.words import SHAPES
+
+from .labels import URL_LABELS, shown
+from .server import Handler, PooledHTTPServer, Route
 
 if TYPE_CHECKING:
     from daemon.snapshot import Snapshot
 
 Families = Iterator[Metric]
-Route = Callable[[], tuple[str, bytes]]  # a page: () -> (content type, body)
 
-__all__ = ["MAX_PROCS", "SECTIONS", "OomwatchCollector", "make_registry", "serve"]
+__all__ = ["BUILD_INFO", "MAX_PROCS", "SECTIONS", "OomwatchCollector", "make_registry", "serve", "with_node"]
 
 log = logging.getLogger("oomwatch.http")
 MAX_PROCS = 32
+BUILD_INFO = "oomwatch_build_info"
 
 _FAMILIES = [
     ("oomwatch_gpu_memory_total_bytes", "Total memory of the card (NVML).", "gauge"),
@@ -137,8 +141,11 @@ def _largest_per_card(items: Iterable[_T], size: Callable[[_T], float]) -> Itera
 
 
 class OomwatchCollector:
-    def __init__(self, get_snapshot: Callable[[], Snapshot]):
+    """Every family of `SECTIONS`, each series labelled with `node` (see `with_node`)."""
+
+    def __init__(self, get_snapshot: Callable[[], Snapshot], node: str | None = None):
         self._get = get_snapshot
+        self.node = node_name() if node is None else node
 
     def describe(self) -> Families:
         for name, doc, typ in _FAMILIES:
@@ -160,12 +167,24 @@ class OomwatchCollector:
                 with _errors_lock:
                     _section_errors[section.__name__] += 1
                 continue
-            yield from fams
+            yield from (with_node(f, self.node) for f in fams)
         errs = CounterMetricFamily("oomwatch_exporter_errors", _DOCS["oomwatch_exporter_errors"], labels=["section"])
         with _errors_lock:
             for name, n in sorted(_section_errors.items()):
                 errs.add_metric([name.removeprefix("_")], n)
-        yield errs
+        yield with_node(errs, self.node)
+
+
+def with_node(fam: Metric, node: str) -> Metric:
+    """`fam` with `node` in every series' labels and URL-valued labels redacted: the one place both are
+    done. `node` tells a card, a process or an alert from another node's in a cluster-wide Prometheus,
+    and the joins `on (node, gpu)`, `on (node, pid)` hold however the scrape is relabelled (DESIGN.md)."""
+    fam.samples = [smp._replace(labels={NODE_LABEL: node, **_shown(smp.labels)}) for smp in fam.samples]
+    return fam
+
+
+def _shown(labels: dict[str, str]) -> dict[str, str]:
+    return {k: shown(v) if k in URL_LABELS else v for k, v in labels.items()}
 
 
 _DOCS = {n: d for n, d, _ in _FAMILIES}
@@ -225,11 +244,13 @@ def _gpus(s: Snapshot) -> Families:
 def _processes(s: Snapshot) -> Families:
     procs = _g(
         "oomwatch_gpu_process_memory_bytes",
-        ["gpu", "pid", "process", "role"],
+        ["gpu", "uuid", "pid", "process", "role"],
     )
+    uuid = {str(g.info.index): g.info.uuid for g in s.gpus}
     held = [p for p in s.procs if p.used_bytes is not None]
     for p in _largest_per_card(held, lambda p: p.used_bytes or 0):
-        procs.add_metric([p.gpu, str(p.pid), (p.name or "?")[:32], p.role], p.used_bytes or 0)  # never None here
+        lab = [p.gpu, uuid.get(p.gpu, ""), str(p.pid), (p.name or "?")[:32], p.role]
+        procs.add_metric(lab, p.used_bytes or 0)  # never None here
     yield procs
 
 
@@ -356,56 +377,44 @@ def _host_processes(s: Snapshot) -> Families:
 SECTIONS = [_gpus, _processes, _host_processes, _allocator, _engines, _alerts, _health]
 
 
-def make_registry(get_snapshot: Callable[[], Snapshot]) -> CollectorRegistry:
+def make_registry(get_snapshot: Callable[[], Snapshot], process_metrics: bool = True) -> CollectorRegistry:
+    """oomwatch's collector, its build info and (unless `process_metrics` is False, for expositions compared
+    byte for byte) prometheus_client's process, platform and GC collectors: the daemon's own RSS, CPU and
+    open files are what a sidecar's owner asks about first."""
     reg = CollectorRegistry(auto_describe=True)
     reg.register(OomwatchCollector(get_snapshot))
+    reg.register(_BuildInfo())
+    if process_metrics:
+        ProcessCollector(registry=reg)
+        PlatformCollector(registry=reg)
+        GCCollector(registry=reg)
     return reg
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "oomwatch"
-    routes: dict[str, Route] = {}
+class _BuildInfo:
+    """`oomwatch_build_info{version, python} 1`: which release runs where (join on instance or node)."""
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        route = self.routes.get(path)
-        if route is None:
-            self._send(404, "text/plain; charset=utf-8", b"not found; try /metrics\n")
-            return
-        try:
-            ctype, body = route()
-        except Exception:  # noqa: BLE001 - a failing page must not kill the server
-            log.exception("error serving %s", path)
-            self._send(500, "text/plain; charset=utf-8", b"internal error\n")
-            return
-        self._send(200, ctype, body)
+    def collect(self) -> Families:
+        g = GaugeMetricFamily(BUILD_INFO, "oomwatch's version and Python's, always 1.", labels=["version", "python"])
+        g.add_metric([__version__, platform.python_version()], 1.0)
+        yield g
 
-    def _send(self, code: int, ctype: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, fmt: str, *args: object) -> None:  # quiet; scrapes every 15 s would flood the log
-        log.debug("%s " + fmt, self.address_string(), *args)
+    def describe(self) -> Families:
+        return self.collect()
 
 
 def serve(
     listen: str, get_snapshot: Callable[[], Snapshot], extra_routes: dict[str, Route] | None = None
-) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Start the HTTP server in a daemon thread; returns (server, thread). Raises OSError if the port is taken."""
+) -> tuple[PooledHTTPServer, threading.Thread]:
+    """Start the HTTP server in a daemon thread; returns (server, thread). Raises OSError if the port is taken.
+
+    `/metrics` and `/healthz`, plus `extra_routes` (the status page); see exporters/server.py for its limits."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
-    reg = make_registry(get_snapshot)
-    routes: dict[str, Route] = {
-        "/metrics": lambda: (CONTENT_TYPE_LATEST, generate_latest(reg)),
-        "/healthz": lambda: ("text/plain; charset=utf-8", b"ok\n"),
-    }
+    routes: dict[str, Route] = {"/healthz": lambda: ("text/plain; charset=utf-8", b"ok\n")}
     routes.update(extra_routes or {})
-    handler = type("Handler", (_Handler,), {"routes": routes})
-    httpd = ThreadingHTTPServer((host, int(port)), handler)
-    httpd.daemon_threads = True
+    handler = type("Handler", (Handler,), {"routes": routes, "registry": make_registry(get_snapshot)})
+    httpd = PooledHTTPServer((host, int(port)), handler)
     th = threading.Thread(target=httpd.serve_forever, name="oomwatch-http", daemon=True)
     th.start()
     return httpd, th

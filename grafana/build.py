@@ -16,9 +16,17 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "oomwatch.json")
 RUNBOOKS = "https://github.com/oomwatch/oomwatch/blob/main/docs/runbooks/"
-SEL = 'instance=~"$instance"'
-GSEL = 'instance=~"$instance",gpu=~"$gpu"'
+#: Every query is scoped by the node and instance variables (a cluster's Prometheus holds many nodes).
+SEL = 'node=~"$node",instance=~"$instance"'
+GSEL = SEL + ',gpu=~"$gpu"'
 DS = {"type": "prometheus", "uid": "${datasource}"}
+#: The datasource input Grafana's import asks for (a file imported by hand); provisioning ignores it and the
+#: `datasource` variable falls back to the default Prometheus.
+DS_INPUT = "DS_PROMETHEUS"
+#: Processes of the chosen namespace and pod (oomwatch_process_info, from the process scan). A process with
+#: no known pod is always shown: only processes known to belong to another pod are hidden.
+POD_SEL = 'namespace=~"$namespace",pod=~"$pod"'
+OTHER_PODS = f"(oomwatch_process_info{{{SEL}}} unless oomwatch_process_info{{{SEL},{POD_SEL}}})"
 
 _id = 0
 
@@ -85,9 +93,9 @@ def dashboard():
             "Time to OOM",
             [
                 target(
-                    f"min by (gpu) (oomwatch_gpu_oom_eta_seconds{{{GSEL}}}) "
-                    f"or min by (gpu) (oomwatch_gpu_memory_total_bytes{{{GSEL}}} * 0 + Inf)",
-                    "GPU {{gpu}}",
+                    f"min by (node, gpu) (oomwatch_gpu_oom_eta_seconds{{{GSEL}}}) "
+                    f"or min by (node, gpu) (oomwatch_gpu_memory_total_bytes{{{GSEL}}} * 0 + Inf)",
+                    "{{node}} GPU {{gpu}}",
                 )
             ],
             4,
@@ -104,7 +112,7 @@ def dashboard():
             [
                 target(
                     f"oomwatch_gpu_memory_used_bytes{{{GSEL}}} / oomwatch_gpu_memory_total_bytes{{{GSEL}}}",
-                    "GPU {{gpu}}",
+                    "{{node}} GPU {{gpu}}",
                 )
             ],
             12,
@@ -129,10 +137,10 @@ def dashboard():
             "timeseries",
             "Memory per card: used, kept floor, engine budget, total",
             [
-                target(f"oomwatch_gpu_memory_used_bytes{{{GSEL}}}", "GPU {{gpu}} used", "A"),
-                target(f"oomwatch_gpu_memory_floor_bytes{{{GSEL}}}", "GPU {{gpu}} kept floor", "B"),
-                target(f"oomwatch_gpu_memory_budget_bytes{{{GSEL}}}", "GPU {{gpu}} engine budget", "C"),
-                target(f"oomwatch_gpu_memory_total_bytes{{{GSEL}}}", "GPU {{gpu}} total (OOM line)", "D"),
+                target(f"oomwatch_gpu_memory_used_bytes{{{GSEL}}}", "{{node}} GPU {{gpu}} used", "A"),
+                target(f"oomwatch_gpu_memory_floor_bytes{{{GSEL}}}", "{{node}} GPU {{gpu}} kept floor", "B"),
+                target(f"oomwatch_gpu_memory_budget_bytes{{{GSEL}}}", "{{node}} GPU {{gpu}} engine budget", "C"),
+                target(f"oomwatch_gpu_memory_total_bytes{{{GSEL}}}", "{{node}} GPU {{gpu}} total (OOM line)", "D"),
             ],
             0,
             4,
@@ -191,8 +199,8 @@ def dashboard():
             "Curve shape",
             [
                 target(
-                    f"max by (gpu, oomwatch_gpu_memory_shape) (oomwatch_gpu_memory_shape{{{GSEL}}}) == 1",
-                    "GPU {{gpu}} {{oomwatch_gpu_memory_shape}}",
+                    f"max by (node, gpu, oomwatch_gpu_memory_shape) (oomwatch_gpu_memory_shape{{{GSEL}}}) == 1",
+                    "{{node}} GPU {{gpu}} {{oomwatch_gpu_memory_shape}}",
                 )
             ],
             0,
@@ -204,7 +212,7 @@ def dashboard():
         panel(
             "timeseries",
             "Leak rate",
-            [target(f"oomwatch_gpu_memory_leak_bytes_per_second{{{GSEL}}}", "GPU {{gpu}}")],
+            [target(f"oomwatch_gpu_memory_leak_bytes_per_second{{{GSEL}}}", "{{node}} GPU {{gpu}}")],
             12,
             13,
             12,
@@ -214,13 +222,20 @@ def dashboard():
         panel(
             "timeseries",
             "Memory per process, by role",
-            [target(f"sum by (gpu, role) (oomwatch_gpu_process_memory_bytes{{{GSEL}}})", "GPU {{gpu}} {{role}}")],
+            [
+                target(
+                    f"sum by (node, gpu, role) (oomwatch_gpu_process_memory_bytes{{{GSEL}}} "
+                    f"unless on (node, pid) {OTHER_PODS})",
+                    "{{node}} GPU {{gpu}} {{role}}",
+                )
+            ],
             0,
             19,
             12,
             8,
             unit="bytes",
-            desc="stray = orphaned or older than the server (GPUStrayProcess).",
+            desc="stray = orphaned or older than the server (GPUStrayProcess). The namespace and pod "
+            "variables hide processes of other pods.",
             defaults={"custom": {"stacking": {"mode": "normal"}, "fillOpacity": 30}},
         ),
         panel(
@@ -230,7 +245,7 @@ def dashboard():
                 target(f"oomwatch_engine_kv_cache_usage_ratio{{{SEL}}}", "KV cache {{engine}} {{model}}", "A"),
                 target(
                     f"oomwatch_gpu_memory_used_bytes{{{GSEL}}} / oomwatch_gpu_memory_total_bytes{{{GSEL}}}",
-                    "GPU {{gpu}} used",
+                    "{{node}} GPU {{gpu}} used",
                     "B",
                 ),
             ],
@@ -246,11 +261,11 @@ def dashboard():
             "Imbalance across cards",
             [
                 target(
-                    f"max by (instance) (oomwatch_gpu_memory_used_bytes{{{SEL}}} "
+                    f"max by (node, instance) (oomwatch_gpu_memory_used_bytes{{{SEL}}} "
                     f"/ oomwatch_gpu_memory_total_bytes{{{SEL}}}) "
-                    f"- min by (instance) (oomwatch_gpu_memory_used_bytes{{{SEL}}} "
+                    f"- min by (node, instance) (oomwatch_gpu_memory_used_bytes{{{SEL}}} "
                     f"/ oomwatch_gpu_memory_total_bytes{{{SEL}}})",
-                    "{{instance}} spread",
+                    "{{node}} {{instance}} spread",
                 )
             ],
             0,
@@ -263,8 +278,8 @@ def dashboard():
             "timeseries",
             "Spike height vs headroom",
             [
-                target(f"oomwatch_gpu_memory_spike_height_bytes{{{GSEL}}}", "GPU {{gpu}} spike", "A"),
-                target(f"oomwatch_gpu_memory_headroom_bytes{{{GSEL}}}", "GPU {{gpu}} headroom", "B"),
+                target(f"oomwatch_gpu_memory_spike_height_bytes{{{GSEL}}}", "{{node}} GPU {{gpu}} spike", "A"),
+                target(f"oomwatch_gpu_memory_headroom_bytes{{{GSEL}}}", "{{node}} GPU {{gpu}} headroom", "B"),
             ],
             8,
             27,
@@ -276,10 +291,11 @@ def dashboard():
             "timeseries",
             "oomwatch's own cost and health",
             [
-                target(f"oomwatch_sample_duration_seconds{{{SEL}}}", "NVML sample", "A"),
-                target(f"oomwatch_analysis_duration_seconds{{{SEL}}}", "analysis", "B"),
-                target(f"oomwatch_source_up{{{SEL}}}", "up {{source}}", "C"),
-                target(f"rate(oomwatch_samples_total{{{SEL}}}[1m])", "samples/s", "D"),
+                target(f"oomwatch_sample_duration_seconds{{{SEL}}}", "{{node}} NVML sample", "A"),
+                target(f"oomwatch_analysis_duration_seconds{{{SEL}}}", "{{node}} analysis", "B"),
+                target(f"oomwatch_source_up{{{SEL}}}", "{{node}} up {{source}}", "C"),
+                # $__rate_interval: at least four scrape intervals, whatever the Prometheus' scrape interval is
+                target(f"rate(oomwatch_samples_total{{{SEL}}}[$__rate_interval])", "{{node}} samples/s", "D"),
             ],
             16,
             27,
@@ -301,6 +317,20 @@ def dashboard():
         "current": {"text": "All", "value": "$__all"},
     }
     return {
+        "__inputs": [
+            {
+                "name": DS_INPUT,
+                "label": "Prometheus",
+                "description": "The Prometheus that scrapes oomwatch",
+                "type": "datasource",
+                "pluginId": "prometheus",
+                "pluginName": "Prometheus",
+            }
+        ],
+        "__requires": [
+            {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
+            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+        ],
         "uid": "oomwatch",
         "title": "oomwatch: GPU memory",
         "tags": ["oomwatch", "gpu", "vllm"],
@@ -312,9 +342,22 @@ def dashboard():
         "time": {"from": "now-30m", "to": "now"},
         "templating": {
             "list": [
-                {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus"},
-                var("instance", "label_values(oomwatch_gpu_memory_total_bytes, instance)", "instance"),
-                var("gpu", 'label_values(oomwatch_gpu_memory_total_bytes{instance=~"$instance"}, gpu)', "GPU"),
+                {
+                    "name": "datasource",
+                    "label": "Prometheus",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {"text": "Prometheus", "value": "${" + DS_INPUT + "}"},
+                },
+                var("node", "label_values(oomwatch_gpu_memory_total_bytes, node)", "node"),
+                var("instance", 'label_values(oomwatch_gpu_memory_total_bytes{node=~"$node"}, instance)', "instance"),
+                var("gpu", f"label_values(oomwatch_gpu_memory_total_bytes{{{SEL}}}, gpu)", "GPU"),
+                var("namespace", 'label_values(oomwatch_process_info{node=~"$node"}, namespace)', "namespace"),
+                var(
+                    "pod",
+                    'label_values(oomwatch_process_info{node=~"$node",namespace=~"$namespace"}, pod)',
+                    "pod",
+                ),
             ]
         },
         "annotations": {"list": []},

@@ -112,3 +112,51 @@ def test_prometheus_with_rules_fires_the_matching_rule(tmp_path):
     finally:
         prom.stop()
         _stop(p)
+
+
+def _am_alerts(am, name):
+    import urllib.parse
+    import urllib.request
+
+    q = urllib.parse.quote(f'alertname="{name}"')
+    with urllib.request.urlopen(f"{am.url}/api/v2/alerts?filter={q}", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def test_pushed_alert_and_rule_copy_are_one_alert_in_alertmanager(tmp_path, hook):
+    """oomwatch pushes GPUOOMImminent and Prometheus evaluates rules/ on its scrapes, both into one
+    Alertmanager: the rule drops instance and job, both carry `node`, so Alertmanager holds one alert."""
+    am = Alertmanager(str(tmp_path), hook.url).start()
+    env = dict(os.environ, NODE_NAME="gpu-node-7")
+    p, target = start_oomwatch(
+        "--replay", example("staircase.jsonl"), "--speed", "2", "--loop", "--alertmanager-url", am.url, env=env
+    )
+    prom = Prometheus(
+        str(tmp_path), target, [os.path.join(ROOT, "rules", "oomwatch.rules.yml")], alertmanager=am.url[7:]
+    )
+    try:
+        deadline = time.time() + 60
+        fired_at = None
+        while time.time() < deadline:
+            rule = [a for a in prom.alerts() if a["labels"]["alertname"] == "GPUOOMImminent" and a["state"] == "firing"]
+            if rule and fired_at is None:
+                fired_at = time.time()
+            if fired_at is not None and time.time() - fired_at > 3:  # the rule's copy has been sent (1 s resend)
+                break
+            time.sleep(0.3)
+        assert fired_at is not None, "the rule never fired"
+        assert hook.alerts("GPUOOMImminent", "firing"), "the pushed alert never arrived"
+        got = [a for a in _am_alerts(am, "GPUOOMImminent") if a["status"]["state"] == "active"]
+        assert len(got) == 1, [a["labels"] for a in got]
+        assert got[0]["labels"] == {
+            "alertname": "GPUOOMImminent",
+            "severity": "critical",
+            "node": "gpu-node-7",
+            "gpu": "0",
+            "uuid": rule[0]["labels"]["uuid"],
+        }
+        assert set(rule[0]["labels"]) == set(got[0]["labels"])  # the rule's own labels: no instance, no job
+    finally:
+        prom.stop()
+        _stop(p)
+        am.stop()

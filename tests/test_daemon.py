@@ -50,7 +50,13 @@ def test_run_replay_serves_clean_metrics(daemon_proc, tmp_path):
         if 'role="stray"' in text and 'alertname="GPUStrayProcess"' in text:
             break
         time.sleep(0.2)
-    assert 'oomwatch_gpu_process_memory_bytes{gpu="0",pid="928",process="python3",role="stray"}' in text
+    stray = [
+        ln for ln in text.splitlines() if ln.startswith("oomwatch_gpu_process_memory_bytes{") and 'pid="928"' in ln
+    ]
+    for label in ('gpu="0"', 'process="python3"', 'role="stray"', 'node="', 'uuid="GPU-'):
+        assert stray and label in stray[0], stray
+    assert re.search(r'oomwatch_build_info\{python="[\d.]+\w*",version="[^"]+"\} 1.0', text)
+    assert "process_resident_memory_bytes " in text and "python_info{" in text  # prometheus_client's own
     assert re.search(r'oomwatch_alert\{alertname="GPUStrayProcess".*pid="928".*\} 1.0', text)
     for name in (
         "oomwatch_gpu_memory_total_bytes",
@@ -94,7 +100,7 @@ def test_engine_down_is_a_metric_and_an_alert(daemon_proc):
         if 'alertname="GPUTelemetryDown"' in text:
             break
         time.sleep(0.3)
-    assert f'oomwatch_source_up{{source="engine:{dead}/metrics"}} 0.0' in text
+    assert re.search(rf'oomwatch_source_up{{node="[^"]+",source="engine:{re.escape(dead)}/metrics"}} 0.0', text)
     assert 'alertname="GPUTelemetryDown"' in text
     assert p.poll() is None  # still serving
 
@@ -140,8 +146,14 @@ def test_env_vars_configure_run(daemon_proc, monkeypatch):
         stop_process(p)
 
 
+#: Lines of an exposition that change from run to run or host to host: timings, the process' own
+#: numbers, the interpreter's version.
+_VOLATILE = re.compile(r"oomwatch_(\w+_)?duration_seconds|(# (HELP|TYPE) )?(process_|python_)")
+
+
 def _exposition(trace, at):
-    """The whole /metrics of a trace replayed to its end, minus timings (in-process, deterministic)."""
+    """The whole /metrics of a trace replayed to its end, minus what varies (in-process, deterministic):
+    the node label is pinned through NODE_NAME, the Python version in the build info is masked."""
     from prometheus_client import generate_latest
 
     from daemon.config import DaemonConfig
@@ -155,8 +167,13 @@ def _exposition(trace, at):
     s.sample_job()
     clock[0] = at  # everything up to `at` seconds of the trace is due now
     s.sample_job()
-    text = generate_latest(make_registry(lambda: s.snapshot)).decode()
-    keep = [ln for ln in text.splitlines() if not re.match(r"oomwatch_(\w+_)?duration_seconds", ln)]
+    old = os.environ.get("NODE_NAME")
+    os.environ["NODE_NAME"] = "gpu-node-1"
+    try:
+        text = generate_latest(make_registry(lambda: s.snapshot)).decode()
+    finally:
+        os.environ.pop("NODE_NAME") if old is None else os.environ.__setitem__("NODE_NAME", old)
+    keep = [re.sub(r'python="[^"]*"', 'python="X"', ln) for ln in text.splitlines() if not _VOLATILE.match(ln)]
     return "\n".join(keep) + "\n"
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import ROOT
 from daemon.cli import build_parser
-from daemon.config import DEFAULT_PORT
+from daemon.config import DEFAULT_PORT, NODE_ENV
 
 D = os.path.join(ROOT, "deploy")
 
@@ -61,6 +61,8 @@ def test_kubernetes_manifests(name):
     for e in ow["env"]:
         if e["name"].startswith("OOMWATCH_"):
             assert e["name"][len("OOMWATCH_") :].lower() in run_flags()
+    node = next(e for e in ow["env"] if e["name"] == NODE_ENV)  # the `node` label from the downward API
+    assert node["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
 def test_prometheusrule_is_built_from_rules():

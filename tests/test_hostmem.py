@@ -81,6 +81,35 @@ def test_trend_statistics_are_those_of_scipy():
     assert p < 1e-6 and trend([0, 1, 2], [5, 5, 5]) == (0.0, 0.0, 1.0)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_trend_with_ties_and_noise_agrees_with_scipy(seed):
+    """RSS in pages repeats values (ties): tau-b and the slope as scipy gives them, the p-value as its
+    asymptotic one up to the continuity correction."""
+    from scipy.stats import kendalltau, theilslopes
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(0, 240, 2.0)
+    y = np.round(6e9 + 2e5 * t * (seed % 2) + rng.normal(0, 3e7, len(t)), -8)  # rounded: many ties
+    slope, tau, p = trend(t.tolist(), y.tolist())
+    ref = kendalltau(t, y, method="asymptotic")
+    assert tau == pytest.approx(ref.statistic, abs=1e-9)
+    assert slope == pytest.approx(theilslopes(y, t)[0])
+    assert p == pytest.approx(ref.pvalue, rel=0.15, abs=2e-3)
+
+
+def test_the_daemon_needs_no_scipy():
+    code = (
+        "import sys; sys.modules['scipy'] = None\n"  # any import of scipy raises ImportError
+        "from daemon.analysis.hostmem import trend\n"
+        "print(trend([0, 1, 2, 3, 4, 5], [1, 2, 2, 3, 5, 8]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml")) as f:
+        deps = f.read().split("dependencies = [", 1)[1].split("]", 1)[0]
+    assert "scipy" not in deps
+
+
 def test_real_growing_process_is_caught_from_real_scans():
     """A real process appends 1 MiB every 20 ms; the scanner reads its RSS; the judge (thresholds scaled
     to seconds) finds the trend, and a sleeping process beside it is clean."""

@@ -16,6 +16,8 @@ MODULES = [
     "daemon.threads",
     "daemon.sources.base",
     "exporters.metrics",
+    "exporters.server",
+    "exporters.labels",
     "exporters.status",
     "exporters.alertmanager",
     "exporters.recorder",

@@ -6,14 +6,17 @@ caches, Python objects kept per request. The process scan reads each server proc
 after the process's warm-up, a Mann-Kendall test (Kendall's tau of RSS against time) says whether the
 trend is monotonic and a Theil-Sen slope, robust to the odd jump of an arena or a GC, says how fast.
 With a memory limit (cgroup v2 `memory.max` inside a container, else the host's memory) the rate gives a
-time to the limit. Pure: the scan's numbers in, findings out; scipy.stats does the statistics.
+time to the limit. Pure: the scan's numbers in, findings out; the statistics are trend.py's (no scipy).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..config import HostMemConfig
 from ..model import ProcInfo
@@ -21,6 +24,7 @@ from ..words import duration, gib
 from .alerts import Condition
 from .findings import Finding
 from .processes import ProcRole, group_members
+from .trend import mann_kendall, theil_sen
 
 MAX_FIT_POINTS = 120  # points given to the trend test (evenly spaced): Theil-Sen is quadratic in them
 
@@ -45,15 +49,23 @@ class HostLimit:
 
 
 def trend(t: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
-    """(Theil-Sen slope, Kendall tau, two-sided p-value) of y against t."""
-    # scipy ships no type information (scipy-stubs is not a dependency)
-    from scipy.stats import kendalltau, theilslopes  # type: ignore[import-untyped]
+    """(Theil-Sen slope, Kendall tau-b, two-sided p-value) of y against t (increasing times).
 
+    The GPU analysis' statistics (trend.py: Mann-Kendall with the tie-corrected variance, Theil-Sen), so
+    host and GPU trends are judged alike and the daemon needs no scipy. tau-b = S / sqrt(n0 (n0 - n2)),
+    n2 the pairs tied in y (none in t); the p-value is the normal approximation with continuity
+    correction, as Mann-Kendall is usually given (scipy's asymptotic p-value omits the correction)."""
     if len(set(y)) == 1:
         return 0.0, 0.0, 1.0
-    tau, p = kendalltau(t, y)
-    slope = theilslopes(y, t)[0]
-    return float(slope), float(tau), float(p)
+    x, v = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
+    n = len(v)
+    _, counts = np.unique(v, return_counts=True)
+    n0 = n * (n - 1) / 2.0
+    n2 = float(np.sum(counts * (counts - 1))) / 2.0
+    s, z = mann_kendall(v)
+    slope, _, _ = theil_sen(x, v)
+    tau = s / math.sqrt(n0 * (n0 - n2))
+    return slope, tau, math.erfc(abs(z) / math.sqrt(2.0))
 
 
 class HostMemJudge:

@@ -1,0 +1,112 @@
+{{- define "oomwatch.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "oomwatch.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "oomwatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "oomwatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "oomwatch.labels" -}}
+{{ include "oomwatch.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "oomwatch.validateMode" -}}
+{{- if not (has .Values.mode (list "daemonset" "sidecar")) -}}
+{{- fail (printf "mode must be daemonset or sidecar, not %q" .Values.mode) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The oomwatch container, the same in both modes. */}}
+{{- define "oomwatch.container" -}}
+- name: oomwatch
+  image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args: ["run"]
+  env:
+    - {name: OOMWATCH_LISTEN, value: "0.0.0.0:{{ .Values.port }}"}
+    {{- with .Values.alertmanagerUrls }}
+    - {name: OOMWATCH_ALERTMANAGER_URL, value: {{ join "," . | quote }}}
+    {{- end }}
+    {{- if eq .Values.mode "sidecar" }}
+    - {name: OOMWATCH_ENGINE_URL, value: "http://127.0.0.1:{{ .Values.server.port }}"}
+    - {name: SERVER_CONTAINER, value: {{ .Values.server.name | quote }}}
+    {{- end }}
+    - {name: OOMWATCH_PROBE_DIR, value: {{ .Values.probe.dir | quote }}}
+    - {name: NVIDIA_VISIBLE_DEVICES, value: "all"}
+    - {name: NVIDIA_DRIVER_CAPABILITIES, value: "utility"}  # NVML only: no CUDA context
+    # the `node` label on every series and pushed alert (inside a pod the host name is the pod's name)
+    - name: NODE_NAME
+      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+    - name: POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: POD_NAMESPACE
+      valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    {{- range $k, $v := .Values.extraEnv }}
+    - {name: {{ $k }}, value: {{ $v | quote }}}
+    {{- end }}
+  ports: [{name: metrics, containerPort: {{ .Values.port }}}]
+  livenessProbe:
+    httpGet: {path: /healthz, port: metrics}
+    periodSeconds: 20
+  readinessProbe:
+    httpGet: {path: /metrics, port: metrics}
+    periodSeconds: 10
+  resources: {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 10001
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities: {drop: [ALL]}
+  volumeMounts:
+    {{- if .Values.probe.enabled }}
+    - {name: oomwatch-probe, mountPath: {{ .Values.probe.dir | quote }}}
+    {{- end }}
+    {{- if eq .Values.mode "daemonset" }}
+    - {name: pod-logs, mountPath: /var/log/pods, readOnly: true}
+    {{- end }}
+    {{- if .Values.webConfig.enabled }}
+    - {name: web-config, mountPath: /etc/oomwatch, readOnly: true}
+    {{- end }}
+{{- end -}}
+
+{{/* Pod-level settings shared by both modes. */}}
+{{- define "oomwatch.podCommon" -}}
+{{- with .Values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "oomwatch.volumes" -}}
+{{- if .Values.probe.enabled }}
+{{- if eq .Values.mode "sidecar" }}
+- {name: oomwatch-probe, emptyDir: {medium: Memory, sizeLimit: {{ .Values.probe.sizeLimit }}}}
+{{- else }}
+- {name: oomwatch-probe, hostPath: {path: {{ .Values.probe.hostPath | quote }}, type: DirectoryOrCreate}}
+{{- end }}
+{{- end }}
+{{- if eq .Values.mode "daemonset" }}
+- {name: pod-logs, hostPath: {path: /var/log/pods, type: Directory}}
+{{- end }}
+{{- if .Values.webConfig.enabled }}
+- {name: web-config, secret: {secretName: {{ include "oomwatch.fullname" . }}-web-config}}
+{{- end }}
+{{- end -}}
