@@ -5,13 +5,15 @@
 A scenario is a few lines in `catalog.py` composed from the named behaviours of `behaviours.py` (each
 models facts of the project's BEHAVIOURS.md), laid out as the engines lay out their processes
 (`layouts.py`), on a `Trace` (`model.py`) that yields `gpu-memory-trace/1` records with the same
-annotations as the real recordings, and the ground truth the scorer judges against.
+annotations as the real recordings, and the ground truth the scorer judges against. `Spec.tags` name the
+classes (c1-c7 of the "Detection v3" issue) and BEHAVIOURS.md items a scenario stands for (`--tag`).
 """
 
 from .catalog import SCENARIOS, Spec
 from .model import Trace
 
-#: The CI subset: a dozen short scenarios that together cover every alert the gate judges.
+#: The CI subset: short scenarios that together cover every alert the gate judges and each class of
+#: BEHAVIOURS.md section 5 (about thirty, a few hundred thousand GPU-samples in all).
 FAST = [name for name, spec in SCENARIOS.items() if spec.fast]
 
 __all__ = ["FAST", "SCENARIOS", "Spec", "Trace", "write"]

@@ -1,4 +1,4 @@
-"""`python -m bench.scenarios --write DIR [--only NAME ...] [--fast]`: write the scenarios as traces."""
+"""`python -m bench.scenarios --write DIR [--only NAME ...] [--fast] [--tag TAG]`: write the scenarios as traces."""
 
 import argparse
 import os
@@ -12,9 +12,12 @@ def main(argv=None) -> int:
     ap.add_argument("--write", metavar="DIR", help="write each scenario to DIR/NAME.jsonl")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="only these scenarios")
     ap.add_argument("--fast", action="store_true", help="only the CI subset")
+    ap.add_argument("--tag", help="only the scenarios with this tag (a class c1-c7 or a BEHAVIOURS.md item)")
     ap.add_argument("--list", action="store_true", help="list the scenarios (cards, length, rate, size)")
     a = ap.parse_args(argv)
     names = a.only or (FAST if a.fast else list(SCENARIOS))
+    if a.tag:
+        names = [n for n in names if n in SCENARIOS and a.tag in SCENARIOS[n].tags]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         print(f"unknown scenario {unknown[0]!r} (see --list)", file=sys.stderr)

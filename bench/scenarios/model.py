@@ -38,6 +38,9 @@ CARDS = {
     "A100": ("NVIDIA A100-SXM4-80GB", 81920 * MiB, 566 * MiB),
     "H100": ("NVIDIA H100 80GB HBM3", 81559 * MiB, 566 * MiB),
     "H200": ("NVIDIA H200", 150754820096, 644939776),
+    # 16 GB: torch sees 14.58 GiB of a T4 (BEHAVIOURS.md section 5); 48 GB: an L40S.
+    "T4": ("Tesla T4", 15360 * MiB, 430 * MiB),
+    "L40S": ("NVIDIA L40S", 46068 * MiB, 512 * MiB),
 }
 KINDS = ("static", "cache", "work", "leak", "kept", "visible")
 
@@ -69,6 +72,8 @@ class Proc:
     start: float = float("inf")  # first time it holds memory
     end: float = float("inf")  # death or exit
     username: str = "root"
+    libtorch_cuda: bool = True  # what its `proc` line says it maps (a C++/Rust server or the MPS server: no)
+    libcudart: bool = True
     steps: dict = field(default_factory=lambda: {k: [] for k in KINDS})  # (t, delta bytes)
     dense: dict = field(default_factory=dict)  # kind -> array over the whole grid
 
@@ -106,6 +111,7 @@ class Episode:
     deadline_s: float | None = None  # a leak that does not reach OOM: GPUMemoryLeak within this
     pid: int | None = None  # the process that leaks
     visible: float | None = None  # when NVML first shows it (a warm cache hides a leak until used up)
+    page: bool = True  # False: the card is never full within a page's horizon here (a leak warning only)
 
 
 class Trace:
@@ -129,6 +135,7 @@ class Trace:
         self.episodes: list[Episode] = []
         self.strays: list[tuple[int, int, float]] = []  # (card, pid, first seen)
         self.imbalance: bool | None = False
+        self.summary_shape: dict[int, str] = {}  # card -> the shape replay's summary must end with (optional)
         self._next_pid = int(self.rng.integers(1000, 30000))
         self.shell = self.pid()  # the servers' parent (a shell, a supervisor); holds no GPU memory
 
@@ -283,6 +290,7 @@ class Trace:
                 "end": None if e.end is None else round(e.end, 3),
                 "oom": None if e.oom is None else round(e.oom, 3),
                 "deadline_s": e.deadline_s,
+                **({} if e.page else {"page": False}),
             }
             for e in sorted(self.episodes, key=lambda e: (e.onset, e.card))
         ]
@@ -291,6 +299,7 @@ class Trace:
             "strays": [{"gpu": c, "pid": p, "t": round(t, 3)} for c, p, t in self.strays],
             "imbalance": self.imbalance,
             "duration": round(float(self.t[-1]), 3),
+            **({"summary_shape": {str(c): v for c, v in self.summary_shape.items()}} if self.summary_shape else {}),
         }
 
     def expect(self) -> dict:
@@ -381,8 +390,8 @@ class Trace:
                             "ppid": p.ppid,
                             "create_time": p.create_time,
                             "username": p.username,
-                            "libtorch_cuda": True,
-                            "libcudart": True,
+                            "libtorch_cuda": p.libtorch_cuda,
+                            "libcudart": p.libcudart,
                         }
                 used = int(total[i])
                 gpus.append(
