@@ -42,7 +42,25 @@ ALERTS = {
     "HostMemoryLeak": ("warning", "a server process's resident host memory keeps growing while GPU memory is flat"),
 }
 
+#: Alerts that only Prometheus can raise (oomwatch cannot page about its own absence): in rules/, not here above.
+RULE_ONLY_ALERTS = {
+    "OomwatchDown": ("critical", "Prometheus cannot scrape oomwatch, so none of the alerts above can fire"),
+}
+
 RUNBOOK_BASE = "https://github.com/oomwatch/oomwatch/blob/main/docs/runbooks/"
+
+#: The label naming the machine on every series and pushed alert, and where its value comes from: the
+#: Kubernetes downward API (`spec.nodeName` as NODE_NAME; a pod's own host name is the pod's name), else
+#: the host name.
+NODE_LABEL = "node"
+NODE_ENV = "NODE_NAME"
+
+
+def node_name() -> str:
+    """The value of the `node` label: $NODE_NAME if set, else the host name."""
+    import socket
+
+    return os.environ.get(NODE_ENV, "").strip() or socket.gethostname()
 
 
 def runbook_url(alertname: str, base: str = RUNBOOK_BASE) -> str:
@@ -94,7 +112,9 @@ class AnalysisConfig:
     dominant_factor: float = 1.5  # ... and the KV pool's is this much larger than any rise before it
     graphs_fraction: float = 0.05  # where a start stops: CUDA graphs add a few % above the KV pool or budget ...
     graphs_min_bytes: int = 3 << 30  # ... and up to 3 GB (vLLM issue 7553: 2.4 GB beyond 0.9), 12% of a 24 GB card
-    start_eta_ratio: float = 3.0  # in a start, page when the ETA is under this many times the climb so far
+    start_eta_ratio: float = 1.5  # in a start, page when the ETA is under this many times the climb so far:
+    # a climb that has lasted T goes on for another 1.5 T with odds of T / (T + 1.5 T) = 40% (Gott's Copernican
+    # argument: nothing says where in its climb we look at it); fewer pages would land too late to act on
     exit_grace_s: float = 5.0  # memory released this soon after a process went away is its exit, not a spike
     # -- trend of the floor (trend.py)
     trend_windows_s: tuple[float, ...] = (30.0, 120.0, 600.0, 3600.0, 21600.0, 86400.0, 604800.0)  # minutes to days
@@ -110,6 +130,8 @@ class AnalysisConfig:
     trend_decel: float = 0.25  # ... and the second half's slope be at least this of the first half's
     floor_window_s: float = 10.0  # the floor now: least used over this (a trough of a short cycle)
     leak_min_bytes: int = 128 << 20  # less growth is no leak worth a warning (a 30 MB/h leak passes it in 4 h)
+    cycle_regularity: float = 0.5  # releases whose gaps vary by more than this (coefficient of variation) are
+    # no repeating cycle (a sawtooth's empty_cache is periodic: CV ~0.1; transients come as a Poisson process: 1)
     trough_min_rise_bytes: int = 64 << 20  # a trough this much above the last one rose (sawtooth leaks)
     headroom_share: float = 0.2  # near the top, growth of this share of what is left counts (see _min_rise)
     ramp_share: float = 0.6  # a floor rising in at least this share of its blocks is a ramp, else a staircase
@@ -174,8 +196,9 @@ class AlertTiming:
     clear_by_alert: dict[str, float] = field(
         default_factory=lambda: {
             "GPUMemoryLeak": 30.0,  # a trend tested on minutes flickers at its edge: one episode, not several
-            "GPUOOMImminent": 300.0,  # one page per episode (a leak pausing, a cycle's ETA wobbling); it ends at
-            # once when the card's processes exit (Analyzer)
+            "GPUOOMImminent": 60.0,  # the page holds only while its forecast does (with the forecast's own
+            # hysteresis, Analyzer): a minute rides out one odd evaluation; it ends at once when the card's
+            # processes exit
             "GPUMemorySpikeRisk": 60.0,  # a sawtooth's floor moves each cycle: one warning, not one per cycle
         }
     )
@@ -190,6 +213,7 @@ class AlertTiming:
             "KVCachePressure": 2,  # raw engine gauges: a burst passes within two evaluations
             "GPUTelemetryDown": 1,  # one failed scrape of a source is a blip; two are an outage
             "HostMemoryLeak": 10,  # host RSS grows with caches for minutes after start; a leak keeps going
+            "OomwatchDown": 2,  # a restart (new image, node drain) misses a scrape or two; longer is an outage
         }
     )
 

@@ -209,13 +209,15 @@ def test_book_withdraws_a_curve_leak_that_is_only_cache():
     assert "expandable_segments:True" in found[0][0].advice
 
 
-def test_book_pages_on_retries_with_the_evidence():
+def test_book_warns_on_retries_with_the_evidence():
+    """Retries are a warning (the next request like these may fail), not a page: a card at 98-100% flushes
+    its cache for hours without failing; whether it fills is the forecast's to say."""
     book = AllocBook()
     for x in range(40):
         book.add(AllocSample(float(x), 9, UUID, 120 * GiB, 130 * GiB, 0, 0 if x < 35 else 4, 0))
     _, found = book.judge_card("2", UUID, "H200", None, 140 * GiB, 139 * GiB, 39.0)
     ((f, c),) = found
-    assert f.kind == "oom_imminent" and f.severity == "critical" and c.alertname == "GPUOOMImminent"
+    assert f.kind == "spike_risk" and f.severity == "warning" and c.alertname == "GPUMemorySpikeRisk"
     assert dict(c.labels) == {"gpu": "2", "uuid": UUID} and f.evidence["alloc_retries_recent"] == 4
 
 
@@ -286,7 +288,8 @@ def test_real_cache_growth_stays_quiet_and_says_cache(tmp_path):
         tr for tr in r.transitions if tr.state == "firing" and tr.alert.alertname in ("GPUMemoryLeak", "GPUOOMImminent")
     ]
     cg = [f for f in r.summary["findings"] if f["kind"] == "cache_growth" and f["evidence"].get("source")]
-    assert cg and cg[0]["evidence"]["cache_growth_bytes"] > GiB
+    # the cache's growth while serving (what grew during the start is the start's): 0.77 GB of it here
+    assert cg and cg[0]["evidence"]["cache_growth_bytes"] > 512 << 20
 
 
 # ---- the daemon: sampler, metrics, status page, recorder -------------------------------------------------
@@ -328,7 +331,7 @@ def test_daemon_reads_probes_exports_records_and_shows_them(tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 
     got = {
-        (smp.name, tuple(sorted(smp.labels.items()))): smp.value
+        (smp.name, tuple(sorted((k, v) for k, v in smp.labels.items() if k != "node"))): smp.value
         for fam in text_string_to_metric_families(text)
         for smp in fam.samples
     }

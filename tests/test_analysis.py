@@ -372,9 +372,10 @@ def test_a_few_large_cache_steps_to_the_top_do_not_page():
     assert not fired(trans, "GPUOOMImminent") and not fired(trans, "GPUMemoryLeak")
 
 
-def test_a_paged_leak_stays_one_page_while_it_holds():
-    """A leak pages, slows down for ten minutes (its ETA leaves the horizon for longer than the page's clear
-    time, the leak holds), then speeds up again to the OOM: one page episode, not two."""
+def test_a_page_holds_only_while_its_forecast_does():
+    """A leak pages, slows down for ten minutes (its ETA leaves even the forecast's hysteresis, twice the
+    horizon, for longer than the page's clear time), then speeds up again to the OOM: the page resolves in
+    the slow stretch and pages again before the OOM (GPUOOMImminent means full within the horizon)."""
     mib = float(1 << 20)
 
     def grow(t):
@@ -386,4 +387,7 @@ def test_a_paged_leak_stays_one_page_while_it_holds():
 
     trans, oom = _vllm_card(0.5, grow, 1200)
     assert oom is not None and fired(trans, "GPUOOMImminent")
-    assert len(fired(trans, "GPUOOMImminent")) == 1, fired(trans, "GPUOOMImminent")
+    pages = fired(trans, "GPUOOMImminent")
+    assert len(pages) == 2 and pages[0] < 180 and 780 <= pages[1] < oom, (pages, oom)
+    resolved = [tr.t for tr in trans if tr.alert.alertname == "GPUOOMImminent" and tr.state == "resolved"]
+    assert resolved and 180 < resolved[0] < 780, resolved

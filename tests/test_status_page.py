@@ -95,9 +95,10 @@ def test_a_published_snapshot_never_changes_afterwards():
     import dataclasses
 
     s, clock = _replayed(example("staircase.jsonl"), 0)
-    clock[0] = 30.0
+    clock[0] = 45.0  # the leak is paged by then
     s.sample_job()
     snap = s.snapshot
+    assert snap.alerts and snap.findings
     g = snap.gpus[0]
     before = (
         g.window("15m").t,

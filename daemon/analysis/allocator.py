@@ -242,8 +242,11 @@ class AllocBook:
         cfg = self.cfg
         out: list[tuple[Finding, Condition | None]] = []
         any_probe, all_flat, cache_pids = False, True, []
+        served = getattr(v, "regime_start", None)  # when the card's start ended: what came before is loading
         for pid, h in self._fresh(uuid, now):
-            rows = list(h.rows)
+            rows = [x for x in h.rows if served is None or x[0] >= served]
+            if not rows:
+                continue
             t = [x[0] for x in rows]
             av = judge(
                 t,
@@ -260,7 +263,10 @@ class AllocBook:
                 h.settled_at = av.settled_at
             h.last = av
             any_probe = True
-            if av.leak:
+            if av.leak and getattr(v, "phase", "serving") == "starting":
+                # the card's start is still under way: live tensors growing is the model being loaded
+                all_flat = False
+            elif av.leak:
                 all_flat = False
                 if getattr(v, "growth", None) in ("cache_growth", "plateau"):
                     v = replace(v, growth=None)  # the curve took this climb for cache; live tensors say leak
@@ -439,19 +445,22 @@ def _retries(
         "used_bytes": None if used is None else int(used),
     }
     advice = (
-        "Drain and restart the server now. If live tensors grow (see GPUMemoryLeak), that is the cause; "
+        "The next request like these may fail. If live tensors grow (see GPUMemoryLeak), that is the cause; "
         "if they are flat, the requests need more than the card has: lower --max-num-seqs or "
         "--max-num-batched-tokens, or --gpu-memory-utilization to leave the activations room; "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation "
         f"(inactive split now {gib(av.inactive_split_bytes)})."
     )
-    f = Finding("oom_imminent", gpu, pid, summary, ev, advice, "critical", now)
+    # A warning, not a page: a request needed more than was free and the allocator made room by freeing its
+    # cache, which a card at 98-100% does for hours without failing (BEHAVIOURS.md section 2). It says the
+    # next request like it may fail; whether the card fills is the forecast's to say (GPUOOMImminent).
+    f = Finding("spike_risk", gpu, pid, summary, ev, advice, "warning", now)
     c = Condition(
-        "GPUOOMImminent",
+        "GPUMemorySpikeRisk",
         _labels(gpu, uuid),
-        f"GPU {gpu} ({name}): allocator retries, OOM is near",
+        f"GPU {gpu} ({name}): the allocator had to free its cache to fit requests",
         summary + ".",
-        0.0,
+        None,
         float(av.retries_recent),
     )
     return f, c

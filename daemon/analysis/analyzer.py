@@ -86,6 +86,30 @@ def _new_busy(now: float) -> dict[str, Any]:
     }
 
 
+def _forecast(v: CurveVerdict, st: GpuState, used: float, cap: float, now: float, top_share: float) -> CurveVerdict:
+    """The verdict with the ETA of the card's upper envelope at the rate of the leak confirmed in this busy
+    period (the verdict's own while it has one).
+
+    Below the top, the envelope is the reading, or the floor plus the tallest recent transient. At the top
+    (the floor at `top_share` of the card) NVML stops moving: the allocator frees its cache and retries, so
+    the leak goes on out of sight, eating what was free when the card filled plus the cache (which holds
+    freed activations: at most the tallest transient this server served). The ETA counts that down at the
+    leak's rate from when the card filled; a 30 MB/h leak at the top is hours away, a 60 MB/s one seconds."""
+    b = st.busy
+    rate = v.leak_bytes_per_second if v.leak else float(b.get("rate", 0.0))
+    if rate <= 0:
+        return replace(v, eta_seconds=None)
+    if v.floor_bytes >= top_share * cap:
+        if b.get("full_t") is None:
+            b["full_t"] = now
+            b["full_free"] = max(0.0, cap - used)
+        left = float(b.get("tallest", 0.0)) + b["full_free"] - rate * (now - b["full_t"])
+        return replace(v, eta_seconds=max(0.0, left) / rate, leak_bytes_per_second=rate)
+    b["full_t"] = None
+    top = max(used, v.floor_bytes + v.spike_height_bytes)
+    return replace(v, eta_seconds=max(0.0, cap - top) / rate, leak_bytes_per_second=rate)
+
+
 #: Alerts about one card's memory curve: they end when the card's processes are gone.
 CARD_EPISODE_ALERTS = ("GPUMemoryLeak", "GPUOOMImminent", "GPUMemorySpikeRisk")
 #: Finding kinds that raise no alert (shown, never paged).
@@ -276,27 +300,19 @@ class Analyzer:
             else:
                 st.leak_since = None
             pv = v
-            if not page and phase == "serving" and v.leak and v.eta_seconds is not None and st.busy.get("paged"):
-                # One page per episode: a leak already paged in this busy period stays paged while it holds,
-                # though its ETA wobbles out of the horizon (a sawtooth's peaks, a pause) for longer than the
-                # page's clear time; it ends when the leak verdict clears or the process exits.
-                page = True
-            if (
-                not page
-                and phase == "serving"
-                and st.busy.get("leak_confirmed")
-                and (st.busy.get("top_page") or v.floor_bytes >= cfg.no_headroom_fraction * cap)
-            ):
-                # Latched until the process exits (a new busy period): a floor hovering at the line, or a
-                # cycle's troughs dipping under it, pages once, not once per cycle.
-                st.busy["top_page"] = True
-                # A confirmed leak filled the card: what is left is the allocator's cache, and when that is
-                # used up CUDA fails, at a moment NVML cannot see coming. Page until the process exits.
-                page = True
-                pv = replace(v, eta_seconds=0.0, leak_bytes_per_second=st.busy.get("rate", 0.0))
+            if not page and phase == "serving" and st.busy.get("leak_confirmed"):
+                # The forecast from the leak this busy period confirmed: at its last rate, is the card full
+                # within the horizon (hysteresis: within twice the horizon once paged)? A leak that filled
+                # the card leaves only the allocator's cache, which runs out at a moment NVML cannot see, so
+                # the last known rate is the forecast; a slow leak near the top (30 MB/h) is hours away.
+                pv = _forecast(v, st, used, cap, now, cfg.no_headroom_fraction)
+                eta = pv.eta_seconds
+                limit = cfg.oom_horizon_s * (cfg.oom_bound_factor if st.busy.get("paging") else 1.0)
+                # the page lands with the horizon still ahead: the same confirmation allowance as `_urgent`
+                page = eta is not None and eta <= limit + min(cfg.oom_for_max_s, cfg.oom_for_fraction * eta)
+            if st.busy:
+                st.busy["paging"] = page
             if page:
-                if st.busy:
-                    st.busy["paged"] = True
                 f, c = findings.oom_imminent(gpu, uuid, name, pv, cap, cfg.oom_horizon_s, now)
                 cur.append(f)
                 conds.append(c)
@@ -424,6 +440,8 @@ class Analyzer:
             b["last"] = now
             b["shape_time"][v.shape] += self.cfg.eval_interval_s
             b["peak"] = max(b["peak"], v.peak_bytes)
+            if phase == "serving":
+                b["tallest"] = max(b.get("tallest", 0.0), v.spike_height_bytes)
             b["growth"], b["no_headroom"] = v.growth or b["growth"], v.no_headroom
             if phase == "starting":
                 b["start_peak"] = max(b["start_peak"], used)

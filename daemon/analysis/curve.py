@@ -282,7 +282,8 @@ class CardJudge:
         if tr is not None:
             steps = tr.rising_blocks
             ref = max(used, floor + tallest)
-            eta = max(0.0, (cap - ref) / tr.slope)
+            recent = min(tr.slope, self._recent_slope(tr))
+            eta = max(0.0, (cap - ref) / recent) if recent > 0 else math.inf
             eta_lo = max(0.0, (cap - ref) / tr.slope_lo)
             # A rise no taller than an excursion this server already made and gave back (its profile run, a
             # big batch), with room left for that excursion, and young, may be a cycle's ramp: it pages once not.
@@ -295,12 +296,13 @@ class CardJudge:
             urgent = self._urgent(eta, eta_lo) and not within
             if (
                 not urgent
-                and lc.kind is not None
                 and lc.budget is None
+                and (lc.kind is not None or any(r >= since for r in lc.release_times))
                 and (tr.window_s < cfg.load_follow_window_s or now - since < cfg.load_follow_window_s)
             ):
                 # A server without a preallocated pool follows its load (a daily cycle rises for hours):
-                # short of an urgent projection, only growth that outlasts a whole day is a leak.
+                # short of an urgent projection, only growth that outlasts a whole day is a leak. A server is
+                # known to be one by its command line, or by its curve: it gave memory back while serving.
                 return self._levelled(tr, "plateau", floor, cap, shape, base)
             lshape = "sawtooth" if cyclic else ("ramp" if steps >= cfg.ramp_share * (tr.blocks - 1) else "staircase")
             self.shape_prev = lshape
@@ -343,6 +345,11 @@ class CardJudge:
         t_start = lc.serving_since if lc.serving_since is not None else float(t[0])
         rel = [r for r in lc.release_times if r >= t_start and r >= t[0]]
         if len(rel) < 2:
+            return None
+        gaps = np.diff(rel)
+        if len(gaps) >= 2 and float(np.std(gaps)) > self.cfg.cycle_regularity * float(np.mean(gaps)):
+            # Releases at irregular gaps are transients and load given back, not one repeating cycle: the
+            # least memory between them is no trough of a cycle (seasonality is judged by the trend windows).
             return None
         edges = np.searchsorted(t, [t_start] + rel + [now + 1.0])
         tt, ty, peaks = [], [], []
@@ -391,6 +398,22 @@ class CardJudge:
             why=why,
             **base,
         )
+
+    def _recent_slope(self, tr: Trend) -> float:
+        """The floor's slope in the next shorter window that was tested on enough blocks and rose enough to be
+        judged (0 where its rise is not significant: the growth stopped lately), or the trend's own.
+
+        The forecast trusts the recent pace: memory that follows load slows as the load nears its peak, a
+        cache levels off, a leak keeps going."""
+        shorter = [
+            w
+            for w, t in self.trends.items()
+            if w < tr.window_s and t.blocks >= self.cfg.trend_min_blocks and t.why_not != "too small"
+        ]
+        if not shorter:
+            return tr.slope
+        near = self.trends[max(shorter)]
+        return near.slope if near.significant else 0.0
 
     def _urgent(self, eta: float, eta_lo: float) -> bool:
         """Significant and urgent: the ETA is inside the horizon once the confirmation it will get has run

@@ -31,7 +31,9 @@ SERVER_PATTERNS = (
     ("sglang", re.compile(r"\bsglang\b")),
     ("tgi", re.compile(r"text-generation-(launcher|server)")),
     ("llamacpp", re.compile(r"llama-server|llama\.cpp|llama_cpp")),
-    ("server", re.compile(r"--model(-path|-id)?[= ]")),  # any other model server (Hugging Face style, TGI v1)
+    ("triton", re.compile(r"tritonserver|trtllm-serve")),  # Triton, TensorRT-LLM: pools sized from free memory
+    # any other model server: a model flag (Hugging Face style, TGI v1), an ASGI/WSGI app server, a notebook kernel
+    ("server", re.compile(r"--model(-path|-id)?[= ]|\b(uvicorn|gunicorn|hypercorn|ipykernel_launcher)\b")),
 )
 #: Budget flags and each engine's default budget fraction (vLLM 0.9; SGLang's mem_fraction_static is
 #: about 0.88 on large cards; TGI and llama.cpp preallocate up to the card, so none).
@@ -81,6 +83,7 @@ class Lifecycle:
         "max_jump",
         "hw_level",
         "hw_steps",
+        "prev_lo",
     )
 
     def __init__(self) -> None:
@@ -107,6 +110,7 @@ class Lifecycle:
         self.max_jump = 0.0  # the largest single rise of this start so far
         self.hw_level = 0.0  # high-water floor while serving, and how many times it stepped up
         self.hw_steps = 0
+        self.prev_lo = 0.0  # the last evaluation's least reading (levels move on what two evaluations hold)
 
     def update(
         self,
@@ -120,6 +124,10 @@ class Lifecycle:
         cfg: Any,
     ) -> str:
         """Fold one evaluation in. `lo`: least used bytes since the last one."""
+        # While serving, levels move on the least reading of this evaluation and the last: an activation
+        # transient is held for 0.1-2 s (one forward pass), so it lifts one evaluation, not two; a kept
+        # allocation, a cycle's climb and a release last longer. (A start's shards are levels at once.)
+        lo, self.prev_lo = (min(lo, self.prev_lo) if self.phase == "serving" else lo), lo
         idle_bytes = cfg.idle_fraction * cap
         busy = bool(pids) or used >= idle_bytes
         if not busy:
