@@ -262,12 +262,23 @@ def truth_of_recording(lines: list[dict]) -> dict:
                     0,
                 )
                 strays.append({"gpu": gpu, "pid": r["pid"], "t": r["t"]})
-    return {"episodes": eps, "strays": strays, "imbalance": bool(exp.get("imbalance")), "duration": end}
+    return {
+        "episodes": eps,
+        "strays": strays,
+        "imbalance": bool(exp.get("imbalance")),
+        "duration": end,
+        "summary_shape": exp.get("shape") or {},
+    }
 
 
 # ---- one trace --------------------------------------------------------------------------------------
 def replay(item: str) -> tuple[dict, list[dict], int, float, dict]:
     """Feed one trace as `oomwatch replay` does: (truth, transitions, samples, feed seconds, header)."""
+    return _replay(item)[:5]  # type: ignore[return-value]
+
+
+def _replay(item: str) -> tuple[dict, list[dict], int, float, dict, dict]:
+    """`replay` and the summary's per-GPU part at the end."""
     from daemon.analysis.analyzer import Analyzer
     from daemon.feed import feed
     from daemon.trace import parse_header, parse_line
@@ -280,7 +291,25 @@ def replay(item: str) -> tuple[dict, list[dict], int, float, dict]:
     t0 = time.perf_counter()
     n = feed(an, parsed, trans.append)
     dt = time.perf_counter() - t0
-    return truth, as_dicts(trans), n, dt, header
+    return truth, as_dicts(trans), n, dt, header, an.summary()["gpus"]
+
+
+def score_summary(truth: dict, summary: dict, header: dict) -> tuple[list[str], list[str]]:
+    """The summary of a card that never leaked must not call it a leak (gating); its shape against the
+    labels' allowed shapes, where there are labels (reported)."""
+    fail, notes = [], []
+    labels = truth.get("labels") or {}
+    allowed = labels.get("shape") or truth.get("summary_shape") or {}
+    for g in header["gpus"]:
+        i = str(g["index"])
+        got = summary.get(i) or {}
+        leaking = any(e["gpu"] == g["index"] for e in truth["episodes"])  # a true episode: any verdict may stand
+        if got.get("leak") and not leaking and truth.get("judge_leaks", True):
+            fail.append(f"the summary calls healthy GPU {i} a leak ({got.get('shape')})")
+        want = allowed.get(i)
+        if want is not None and got.get("shape") not in (want if isinstance(want, list) else [want]):
+            notes.append(f"summary shape of GPU {i} is {got.get('shape')}, labelled {want}")
+    return fail, notes
 
 
 def as_dicts(transitions) -> list[dict]:
@@ -480,10 +509,14 @@ def run_one(item: str) -> dict:
     src = source_of(item)
     name = item if src == "project" else f"{src}: " + os.path.basename(item)[:-6]
     try:
-        truth, trans, n, dt, header = replay(item)
+        truth, trans, n, dt, header, summary = _replay(item)
     except Exception as e:  # noqa: BLE001  an analysis that raises fails its trace; the others still run
         return {"name": name, "item": item, "error": f"{type(e).__name__}: {e}"}
     r = score(truth, trans, header)
+    sf, sn = score_summary(truth, summary, header)
+    r["fail"] += sf
+    r["notes"] += sn
+    r["passed_summary"] = not sf
     r.update(
         name=name,
         item=item,

@@ -550,7 +550,7 @@ class Analyzer:
         b = st.busy
         if not b:
             return "idle"
-        if b["leak"] and b["leak_shape_time"]:
+        if b.get("leak_confirmed") and b["leak_shape_time"]:  # a leak the alert confirmed, not a passing verdict
             return str(b["leak_shape_time"].most_common(1)[0][0])
         served = Counter({k: n for k, n in b["shape_time"].items() if k != "idle"})
         return served.most_common(1)[0][0] if served else "idle"
@@ -569,7 +569,7 @@ class Analyzer:
             b = st.busy
             gpus[str(idx)] = {
                 "shape": self.summary_shape(st),
-                "leak": bool(b.get("leak", False)),
+                "leak": bool(b.get("leak_confirmed", False)),
                 "leak_bytes_per_second": round(b.get("rate", 0.0), 1),
                 "eta_seconds": None if b.get("eta") is None else round(b["eta"], 1),
                 "peak_used_bytes": int(st.peak_used_bytes),
