@@ -149,6 +149,8 @@ def truth_of_labels(lines: list[dict]) -> dict:
         pid = int(exp["stray_pid"])
         gpu = next((x["i"] for s in samples for x in s["gpus"] if any(p[0] == pid for p in x.get("procs") or ())), 0)
         t = next((s["t"] for s in samples for x in s["gpus"] if any(p[0] == pid for p in x.get("procs") or ())), 0.0)
+        # a process becomes a stray when it is orphaned: its description re-read with parent PID 1
+        t = next((r["t"] for r in rest if r.get("event") == "proc" and r.get("pid") == pid and r.get("ppid") == 1), t)
         strays.append({"gpu": gpu, "pid": pid, "t": t})
     onset_all = min((e["onset"] for e in eps), default=None)
     return {

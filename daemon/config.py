@@ -160,6 +160,8 @@ class AnalysisConfig:
     oom_bound_factor: float = 2.0  # ... and the slope's lower bound projects the OOM within this many horizons
     oom_clear_s: float = 60.0  # a firing GPUOOMImminent resolves only after this long without the condition
     oom_horizon_s: float = 600.0  # GPUOOMImminent when the ETA is inside this
+    oom_lead_margin_s: float = 10.0  # ... started this much early: evaluation steps and the ETA's own noise take
+    # seconds off the lead, and a page must land with the whole horizon still ahead
     imbalance_fraction: float = 0.10  # spread between cards of one server (of total)
     busy_fraction: float = 0.5  # a card this full beside an idle one is "one card used of several"
     kv_pressure_ratio: float = 0.90  # engine KV usage considered nearly full

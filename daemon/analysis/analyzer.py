@@ -309,7 +309,8 @@ class Analyzer:
                 eta = pv.eta_seconds
                 limit = cfg.oom_horizon_s * (cfg.oom_bound_factor if st.busy.get("paging") else 1.0)
                 # the page lands with the horizon still ahead: the same confirmation allowance as `_urgent`
-                page = eta is not None and eta <= limit + min(cfg.oom_for_max_s, cfg.oom_for_fraction * eta)
+                allowance = min(cfg.oom_for_max_s, cfg.oom_for_fraction * eta) if eta is not None else 0.0
+                page = eta is not None and eta <= limit + allowance + cfg.oom_lead_margin_s
             if st.busy:
                 st.busy["paging"] = page
             if page:

@@ -131,8 +131,12 @@ class CardJudge:
             if lc.start_t is not None:
                 i = max(i, int(np.searchsorted(t, lc.start_t)))
             if len(t) - i >= 3:
+                # Above the floor on both sides: the least held after it (what was never given back) and the
+                # least held before it in the scan. Kept memory released for good (a worker that outlived its
+                # crashed server drops its KV pool) falls below the floor before it: a release, no transient.
                 kept = kept_floor(mn[i:])
-                h = float(np.max(mx[i:-1] - kept[1:]))
+                before = np.minimum.accumulate(mn[i:])
+                h = float(np.max(mx[i:-1] - np.maximum(kept[1:], before[:-1])))
                 if h >= thr:
                     if h > lc.tallest:
                         lc.tallest = h
@@ -298,7 +302,11 @@ class CardJudge:
                 and tr.since is not None
                 and now - tr.since <= cfg.excursion_max_s
             )
-            urgent = self._urgent(eta, eta_lo) and not within
+            # Seasonality: a level this card has already reached while serving and then given back is a
+            # cycle coming round again (load that rises every afternoon, a batch that comes back), not a card
+            # filling up: the forecast pages only above it, or on troughs that rise (`_troughs`).
+            seen = self._given_back_peak(hist, lc, since, now)
+            urgent = self._urgent(eta, eta_lo) and not within and ref > seen
             if (
                 not urgent
                 and lc.budget is None
@@ -404,6 +412,15 @@ class CardJudge:
             **base,
         )
 
+    def _given_back_peak(self, hist: History, lc: Lifecycle, since: float, now: float) -> float:
+        """The highest reading while serving before the card's last release (0 when it never gave back)."""
+        rel = [r for r in lc.release_times if r >= since]
+        if not rel:
+            return 0.0
+        tt, _, mx, _ = hist.pick(now - since).since(since)
+        before = mx[tt < rel[-1]]
+        return float(before.max()) if len(before) else 0.0
+
     def _recent_slope(self, tr: Trend) -> float:
         """The floor's slope in the next shorter window that was tested on enough blocks and rose enough to be
         judged (0 where its rise is not significant: the growth stopped lately), or the trend's own.
@@ -426,7 +443,10 @@ class CardJudge:
         inside twice the horizon (a rate that may well be far slower does not page)."""
         cfg = self.cfg
         wait = min(cfg.oom_for_max_s, cfg.oom_for_fraction * eta)
-        return eta <= cfg.oom_horizon_s + wait and eta_lo <= cfg.oom_bound_factor * cfg.oom_horizon_s
+        return (
+            eta <= cfg.oom_horizon_s + wait + cfg.oom_lead_margin_s
+            and eta_lo <= cfg.oom_bound_factor * cfg.oom_horizon_s
+        )
 
     def _outpaces(self, tr: Trend, now: float, cap: float) -> bool:
         """A sustained rise that would fill the card soon, both at its rate and at its lower bound, and soon
