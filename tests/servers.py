@@ -18,12 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from conftest import daemon_run_argv, free_port, need_binary, stop_process
 
 
-def wait_http(url, deadline=20.0, ok=lambda body: True):
+def wait_http(url, deadline=20.0, ok=lambda body: True, context=None):
+    """The body of `url` once it answers (and `ok` likes it); `context`: an ssl.SSLContext for https."""
     t0 = time.time()
     last = None
     while time.time() - t0 < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:
                 body = r.read().decode()
                 if ok(body):
                     return body
@@ -178,9 +179,10 @@ class Prometheus:
         stop_process(self.proc)
 
 
-def start_oomwatch(*args, env=None):
+def start_oomwatch(*args, env=None, ca=None):
     """`oomwatch run ARGS` on a free port, once it answers: (process, "127.0.0.1:port"); stop it with
-    conftest.stop_process. A daemon that never answers is stopped here and the test fails."""
+    conftest.stop_process. A daemon that never answers is stopped here and the test fails. `ca`: the CA
+    file of a daemon that serves TLS (--web-config-file), to wait for it over https."""
     port = free_port()
     p = subprocess.Popen(
         daemon_run_argv(port, *args),
@@ -190,7 +192,12 @@ def start_oomwatch(*args, env=None):
         text=True,
     )
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz")
+        if ca is None:
+            wait_http(f"http://127.0.0.1:{port}/healthz")
+        else:
+            import ssl
+
+            wait_http(f"https://127.0.0.1:{port}/healthz", context=ssl.create_default_context(cafile=ca))
     except AssertionError:
         stop_process(p, kill=True)
         raise

@@ -167,7 +167,16 @@ PLAUSIBLE = {
     "duration": st.sampled_from(["0.5", "1"]),
     "plot": st.sampled_from(["chart.png", "chart.svg", "chart.foo", "nodir/chart.png"]),
     "timeout": st.sampled_from(["0.5", "3", "1e-9"]),
+    "web_config_file": st.sampled_from(["/dev/null", "/dev/zero", "/nonexistent/web.yml", ".", "/proc/self/status"]),
+    "alertmanager_basic_auth_user": st.sampled_from(["alice", "a:b", ""]),
+    "engine_basic_auth_user": st.sampled_from(["alice", "a:b", ""]),
 }
+# Credential files (token, password, CA): devices, folders, missing and multi-line files; none may hang or trace.
+for _kind in ("alertmanager", "engine"):
+    for _f in ("bearer_token_file", "basic_auth_password_file", "ca_file"):
+        PLAUSIBLE[f"{_kind}_{_f}"] = st.sampled_from(
+            ["/dev/null", "/dev/zero", "/nonexistent", ".", "/proc/self/status"]
+        )
 
 
 #: Arguments the command writes to (files, or folders it creates): kept inside the case's own folder.
