@@ -479,6 +479,8 @@ def _describe(e: Exception) -> str:
             return "name not resolved (DNS): check the host name"
         if "refused" in text:
             return "connection refused (nothing listens on that port)"
+        if "ssl" in text or "certificate" in text:  # an untrusted certificate (--engine-ca-file), no TLS there
+            return f"TLS failed: {redact_text(str(e))[:140]}"
         return "connection refused or host unreachable"
     if isinstance(e, httpx.TimeoutException):
         return "timed out"
