@@ -133,6 +133,7 @@ def test_a_bad_mode_is_refused():
         ("mode=sidecar", "webConfig.enabled=true"),
         ("monitor.kind=PodMonitor",),
         ("webConfig.enabled=true", "webConfig.tlsSecret=t", "webConfig.scheme=HTTPS", "monitor.kind=PodMonitor"),
+        ("mode=sidecar", "alertmanagerAuth.secret=s", "alertmanagerAuth.bearerTokenKey=token"),
     ],
     ids=str,
 )
@@ -215,3 +216,26 @@ def test_without_web_config_nothing_changes():
     ow = _oomwatch(_by_kind(_render())["DaemonSet"][0]["spec"]["template"]["spec"])
     assert "OOMWATCH_WEB_CONFIG_FILE" not in {e["name"] for e in ow["env"]}
     assert ow["livenessProbe"]["httpGet"]["scheme"] == "HTTP" and ow["readinessProbe"]["httpGet"]["path"] == "/metrics"
+
+
+def test_alertmanager_credentials_come_from_a_secret_as_files():
+    kinds = _by_kind(
+        _render(
+            "alertmanagerUrls={https://am:9093}",
+            "alertmanagerAuth.secret=am-creds",
+            "alertmanagerAuth.basicAuthUser=oomwatch",
+            "alertmanagerAuth.basicAuthPasswordKey=password",
+            "alertmanagerAuth.caKey=ca.crt",
+        )
+    )
+    pod = kinds["DaemonSet"][0]["spec"]["template"]["spec"]
+    ow = _oomwatch(pod)
+    env = {e["name"]: e.get("value") for e in ow["env"]}
+    assert env["OOMWATCH_ALERTMANAGER_BASIC_AUTH_USER"] == "oomwatch"
+    assert env["OOMWATCH_ALERTMANAGER_BASIC_AUTH_PASSWORD_FILE"] == "/etc/oomwatch/alertmanager/password"
+    assert env["OOMWATCH_ALERTMANAGER_CA_FILE"] == "/etc/oomwatch/alertmanager/ca.crt"
+    assert "OOMWATCH_ALERTMANAGER_BEARER_TOKEN_FILE" not in env
+    assert {"name": "alertmanager-auth", "mountPath": "/etc/oomwatch/alertmanager", "readOnly": True} in ow[
+        "volumeMounts"
+    ]
+    assert {"name": "alertmanager-auth", "secret": {"secretName": "am-creds"}} in pod["volumes"]

@@ -241,3 +241,36 @@ def test_the_daemon_serves_metrics_status_and_api_over_tls_with_basic_auth(tmp_p
         assert "metrics on https://" in err and PASSWORD not in err
     finally:
         stop_process(p)
+
+
+def test_sighup_makes_the_daemon_read_the_web_config_again(tmp_path, pki):
+    import signal
+    import time
+
+    path = _write(tmp_path, _tls_config(pki) + f"basic_auth_users:\n  alice: {bcrypt_hash('one')}\n")
+    p, target = start_oomwatch("--replay", example("stray.jsonl"), "--loop", "--web-config-file", path, ca=pki.ca)
+    port = int(target.rsplit(":", 1)[1])
+    try:
+        assert _get(port, "/metrics", user="alice", password="one", ca=pki.ca)[0] == 200
+        _write(tmp_path, _tls_config(pki) + f"basic_auth_users:\n  bob: {bcrypt_hash('two')}\n")
+        p.send_signal(signal.SIGHUP)
+        deadline = time.time() + 3  # well before the 5 s look at the files would notice by itself
+        while time.time() < deadline and _get(port, "/metrics", user="bob", password="two", ca=pki.ca)[0] != 200:
+            time.sleep(0.1)
+        assert _get(port, "/metrics", user="bob", password="two", ca=pki.ca)[0] == 200
+        assert _get(port, "/metrics", user="alice", password="one", ca=pki.ca)[0] == 401
+        assert p.poll() is None
+    finally:
+        stop_process(p)
+
+
+def test_a_client_that_never_finishes_its_handshake_holds_one_worker_only(tmp_path, pki, serve):
+    import socket
+
+    s = serve(_write(tmp_path, _tls_config(pki)))
+    idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(3)]  # 3 of the 4 workers, silent
+    try:
+        assert _get(s.port, ca=pki.ca)[0] == 200  # the fourth still answers
+    finally:
+        for c in idle:
+            c.close()

@@ -79,6 +79,22 @@ httpGet: {path: /healthz, port: metrics, scheme: {{ include "oomwatch.scheme" . 
     {{- if .Values.webConfig.enabled }}
     - {name: OOMWATCH_WEB_CONFIG_FILE, value: /etc/oomwatch/web/web-config.yml}
     {{- end }}
+    {{- with .Values.alertmanagerAuth }}
+    {{- if .secret }}
+    {{- if .bearerTokenKey }}
+    - {name: OOMWATCH_ALERTMANAGER_BEARER_TOKEN_FILE, value: "/etc/oomwatch/alertmanager/{{ .bearerTokenKey }}"}
+    {{- end }}
+    {{- if .basicAuthUser }}
+    - {name: OOMWATCH_ALERTMANAGER_BASIC_AUTH_USER, value: {{ .basicAuthUser | quote }}}
+    {{- end }}
+    {{- if .basicAuthPasswordKey }}
+    - {name: OOMWATCH_ALERTMANAGER_BASIC_AUTH_PASSWORD_FILE, value: "/etc/oomwatch/alertmanager/{{ .basicAuthPasswordKey }}"}
+    {{- end }}
+    {{- if .caKey }}
+    - {name: OOMWATCH_ALERTMANAGER_CA_FILE, value: "/etc/oomwatch/alertmanager/{{ .caKey }}"}
+    {{- end }}
+    {{- end }}
+    {{- end }}
     {{- range $k, $v := .Values.extraEnv }}
     - {name: {{ $k }}, value: {{ $v | quote }}}
     {{- end }}
@@ -106,6 +122,9 @@ httpGet: {path: /healthz, port: metrics, scheme: {{ include "oomwatch.scheme" . 
     {{- end }}
     {{- if eq .Values.mode "daemonset" }}
     - {name: pod-logs, mountPath: /var/log/pods, readOnly: true}
+    {{- end }}
+    {{- if .Values.alertmanagerAuth.secret }}
+    - {name: alertmanager-auth, mountPath: /etc/oomwatch/alertmanager, readOnly: true}
     {{- end }}
     {{- if .Values.webConfig.enabled }}
     - {name: web-config, mountPath: /etc/oomwatch/web, readOnly: true}
@@ -138,6 +157,9 @@ priorityClassName: {{ . }}
 {{- end }}
 {{- if eq .Values.mode "daemonset" }}
 - {name: pod-logs, hostPath: {path: /var/log/pods, type: Directory}}
+{{- end }}
+{{- if .Values.alertmanagerAuth.secret }}
+- {name: alertmanager-auth, secret: {secretName: {{ .Values.alertmanagerAuth.secret }}}}
 {{- end }}
 {{- if .Values.webConfig.enabled }}
 - {name: web-config, secret: {secretName: {{ .Values.webConfig.existingSecret | default (printf "%s-web-config" (include "oomwatch.fullname" .)) }}}}
