@@ -19,6 +19,7 @@ attribute, a `repr` or an error message: only file names are shown, and URLs thr
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import stat
 from collections.abc import Generator, Iterable
@@ -79,6 +80,7 @@ def check_secret_file(path: str, what: str = "secret file") -> None:
         raise UsageError(str(e)) from None
 
 
+@functools.cache  # one class (httpx is imported only once a credential is used)
 def _file_auth_class() -> type[httpx.Auth]:
     import httpx
 
