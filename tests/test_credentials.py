@@ -2,17 +2,19 @@
 read again at every call, never shown; and an engine scraped over real TLS with a bearer token (tests/certs.py)."""
 
 import base64
+import re
 import ssl
 
 import httpx
 import pytest
 
 from certs import make_pki, secret_file
+from conftest import example, stop_process
 from daemon.credentials import ClientAuth, read_secret
 from daemon.errors import UsageError
 from daemon.sources.engines import EngineSource
 from exporters.alertmanager import AlertmanagerPusher
-from servers import LocalHttp, QuietHandler
+from servers import LocalHttp, QuietHandler, start_oomwatch, wait_http
 
 TOKEN = "tok-91c1d2b7e5"
 VLLM = b'# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
@@ -121,4 +123,20 @@ def test_an_engine_over_tls_with_a_bearer_token(tmp_path, pki):
         assert not snap.up and "certificate" in snap.error.lower() and TOKEN not in snap.error
         src.close()
     finally:
+        eng.close()
+
+
+def test_the_daemon_scrapes_an_engine_with_its_credential_flags(tmp_path, pki):
+    eng = _TlsEngine(pki)
+    token = secret_file(str(tmp_path), "t", TOKEN)
+    p, target = start_oomwatch(
+        "--replay", example("stray.jsonl"), "--loop", "--engine-url", eng.url, "--no-engine-discovery",
+        "--engine-bearer-token-file", token, "--engine-ca-file", pki.ca,
+    )  # fmt: skip
+    try:
+        up = re.compile(r'oomwatch_source_up\{[^}]*source="engine:https://[^"]*"[^}]*\} 1\.0')
+        text = wait_http(f"http://{target}/metrics", ok=lambda t: bool(up.search(t)))
+        assert "oomwatch_engine_kv_cache_usage_ratio" in text and TOKEN not in text
+    finally:
+        stop_process(p)
         eng.close()
