@@ -27,6 +27,6 @@ ENV PATH=/opt/venv/bin:$PATH \
     NVIDIA_DRIVER_CAPABILITIES=utility
 EXPOSE 9846
 HEALTHCHECK --interval=30s --timeout=3s --start-period=10s \
-  CMD ["python3", "-c", "import os, urllib.request; p = os.environ.get('OOMWATCH_LISTEN', ':9846').rsplit(':', 1)[1]; urllib.request.urlopen('http://127.0.0.1:' + p + '/healthz', timeout=2)"]
+  CMD ["python3", "-c", "import os, ssl, urllib.request; p = os.environ.get('OOMWATCH_LISTEN', ':9846').rsplit(':', 1)[1]; w = os.environ.get('OOMWATCH_WEB_CONFIG_FILE'); s = 'https' if w and 'tls_server_config' in open(w).read() else 'http'; urllib.request.urlopen(s + '://127.0.0.1:' + p + '/healthz', timeout=2, context=ssl._create_unverified_context())"]
 ENTRYPOINT ["oomwatch"]
 CMD ["run"]

@@ -180,6 +180,12 @@ def _path(v: str) -> str:
     return v
 
 
+def _auth_user(v: str) -> str:
+    if not v or ":" in v or not v.isprintable():
+        raise argparse.ArgumentTypeError(f"not a basic auth user name (printable, no ':'): {_show(v)}")
+    return v
+
+
 def _show(v: object, limit: int = 80) -> str:
     """A user's value in a message: quoted, escaped to one line, cut when long."""
     r = repr(v)
@@ -298,6 +304,40 @@ def build_parser() -> argparse.ArgumentParser:
         type=_http_url,
         metavar="URL",
         help="URL of this oomwatch as others reach it (generatorURL of pushed alerts)",
+    )
+    # Credentials from files (never as values: those show in `ps`), checked at start (daemon/credentials.py),
+    # and TLS and basic auth for oomwatch's own endpoints (exporters/webconfig.py); see docs/security.md.
+    for kind, whom in (("alertmanager", "each --alertmanager-url"), ("engine", "each --engine-url")):
+        run_flag(
+            f"--{kind}-bearer-token-file",
+            type=_path,
+            metavar="FILE",
+            help=f"send `Authorization: Bearer` with the token in FILE to {whom} (read at every call)",
+        )
+        run_flag(
+            f"--{kind}-basic-auth-user",
+            type=_auth_user,
+            metavar="USER",
+            help=f"basic auth user for {whom} (default: the URL's own USER@)",
+        )
+        run_flag(
+            f"--{kind}-basic-auth-password-file",
+            type=_path,
+            metavar="FILE",
+            help=f"basic auth password for {whom}, in FILE (read at every call)",
+        )
+        run_flag(
+            f"--{kind}-ca-file",
+            type=_path,
+            metavar="FILE",
+            help=f"PEM CA bundle that the certificate of {whom} must chain to (instead of the system's)",
+        )
+    run_flag(
+        "--web-config-file",
+        type=_path,
+        metavar="FILE",
+        help="TLS and basic auth for /metrics, the status page and /api (Prometheus exporter-toolkit web "
+        "config; re-read on SIGHUP)",
     )
     run_flag(
         "--duration",

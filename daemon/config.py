@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .credentials import ClientAuth
+
 #: Default listen port. dcgm-exporter uses 9400 and nvidia_gpu_exporter 9835; 9846 is free in the
 #: Prometheus default port allocation list as far as we know.
 DEFAULT_PORT = 9846
@@ -297,6 +299,11 @@ class DaemonConfig:
     flight_dir: str | None = None
     state_dir: str | None = None  # analysis history kept across restarts (daemon/state.py)
     external_url: str | None = None
+    # TLS and basic auth of oomwatch's own endpoints (exporter-toolkit web config; exporters/webconfig.py)
+    web_config_file: str | None = None
+    # credentials (file names) for the Alertmanager pushes and the engine scrapes (daemon/credentials.py)
+    alertmanager_auth: ClientAuth = field(default_factory=lambda: ClientAuth("--alertmanager"))
+    engine_auth: ClientAuth = field(default_factory=lambda: ClientAuth("--engine"))
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     alerts: AlertTiming = field(default_factory=AlertTiming)
     push: PushTiming = field(default_factory=PushTiming)

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import __version__
 from .config import MAX_INTERVAL_S, MIN_INTERVAL_S, AnalysisConfig, DaemonConfig
+from .credentials import ClientAuth
 from .errors import UsageError
 
 __all__ = ["StateKeeper", "check", "cmd_run", "config_from_args", "on_signals", "run"]
@@ -67,6 +68,20 @@ def config_from_args(args: argparse.Namespace) -> DaemonConfig:
         external_url=args.external_url,
         analysis=AnalysisConfig(),
         engine_discovery=not getattr(args, "no_engine_discovery", False),
+        web_config_file=getattr(args, "web_config_file", None),
+        alertmanager_auth=_client_auth(args, "alertmanager"),
+        engine_auth=_client_auth(args, "engine"),
+    )
+
+
+def _client_auth(args: argparse.Namespace, kind: str) -> ClientAuth:
+    """The `--<kind>-*` credential flags as one ClientAuth (file names only)."""
+    return ClientAuth(
+        f"--{kind}",
+        bearer_token_file=getattr(args, f"{kind}_bearer_token_file", None),
+        basic_auth_user=getattr(args, f"{kind}_basic_auth_user", None),
+        basic_auth_password_file=getattr(args, f"{kind}_basic_auth_password_file", None),
+        ca_file=getattr(args, f"{kind}_ca_file", None),
     )
 
 
@@ -97,6 +112,8 @@ def check(cfg: DaemonConfig) -> None:
     for flag, folder in (("--flight-dir", cfg.flight_dir), ("--state-dir", cfg.state_dir)):
         if folder:
             writable_dir(flag, folder)
+    cfg.alertmanager_auth.check(cfg.alertmanager_url)  # credential files readable, one way to authenticate
+    cfg.engine_auth.check(cfg.engine_url)
 
 
 def writable_dir(flag: str, folder: str) -> None:
@@ -142,12 +159,21 @@ def _server_pids(cfg: DaemonConfig) -> set[int]:
     return pids
 
 
-def _serve(cfg: DaemonConfig, sampler: Any) -> tuple[Any, Any]:
+def _web_config(cfg: DaemonConfig) -> Any:
+    """The `--web-config-file` holder (exporters/webconfig.py), or None; WebConfigError: one line, exit 2."""
+    if not cfg.web_config_file:
+        return None
+    from exporters.webconfig import WebConfigHolder
+
+    return WebConfigHolder(cfg.web_config_file)
+
+
+def _serve(cfg: DaemonConfig, sampler: Any, web: Any = None) -> tuple[Any, Any]:
     from exporters.metrics import serve
     from exporters.status import routes as status_routes
 
     try:
-        httpd, thread = serve(cfg.listen, lambda: sampler.snapshot, status_routes(lambda: sampler.snapshot))
+        httpd, thread = serve(cfg.listen, lambda: sampler.snapshot, status_routes(lambda: sampler.snapshot), web=web)
     except (OSError, OverflowError, UnicodeError, ValueError, TypeError) as e:  # taken, no such host, port > 65535,
         # a host name that cannot be encoded (socket raises TypeError for that)
         raise UsageError(f"cannot listen on {cfg.listen}: {getattr(e, 'strerror', None) or e}") from None
@@ -165,7 +191,12 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
     from .sources.processes import ProcessScanner
 
     check(cfg)
-    engines = [EngineSource(u) for u in cfg.engine_url]  # EngineUrlError: one line
+    web = _web_config(cfg)  # before anything starts: a bad file is one line, exit 2
+    scheme = web.scheme if web is not None else "http"
+    verify = cfg.engine_auth.verify()  # UsageError: one line (checked above too)
+    engines = [  # EngineUrlError: one line
+        EngineSource(u, auth=cfg.engine_auth.auth(u), verify=verify) for u in cfg.engine_url
+    ]
     state_lock = _lock_state(cfg)  # UsageError: one line (another daemon holds the folder)
     try:
         src = _open_source(cfg)
@@ -186,7 +217,10 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
             from exporters.alertmanager import AlertmanagerPusher
 
             pusher = AlertmanagerPusher(
-                cfg.alertmanager_url, cfg.external_url or f"http://{cfg.listen}/", cfg.push_interval
+                cfg.alertmanager_url,
+                cfg.external_url or f"{scheme}://{cfg.listen}/",
+                cfg.push_interval,
+                credentials=cfg.alertmanager_auth,
             )
         if cfg.flight_dir:
             from exporters.recorder import FlightRecorder
@@ -196,21 +230,24 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
             cfg, src, engines, None if cfg.replay else ProcessScanner(), recorder, pusher, flight, _server_pids(cfg)
         )
         keeper = StateKeeper(cfg.state_dir, sampler) if cfg.state_dir else None
-        httpd, _ = _serve(cfg, sampler)
+        httpd, _ = _serve(cfg, sampler, web)
         if stop is None:
             stop = threading.Event()
-            on_signals(stop, keeper.save if keeper is not None else _nothing_to_save)
+            on_signals(stop, _on_hup(keeper, web))
         what = (
             f"replaying {cfg.replay} at {cfg.speed:g}x"
             if cfg.replay
             else f"sampling {len(src.cards)} GPU(s) via NVML every {cfg.interval:g} s"
         )
         log.info(
-            "oomwatch %s: %s; metrics on http://%s/metrics, status page on http://%s/",
+            "oomwatch %s: %s; metrics on %s://%s/metrics, status page on %s://%s/%s",
             __version__,
             what,
+            scheme,
             cfg.listen,
+            scheme,
             cfg.listen,
+            "" if web is None else f" (web config {cfg.web_config_file})",
         )
         sampler.start()
         end = None if duration is None else time.monotonic() + duration
@@ -248,8 +285,18 @@ def _unlock(lock: Any) -> None:
         lock.close()  # closing the file releases the flock
 
 
-def _nothing_to_save() -> None:
-    log.info("SIGHUP: no --state-dir, nothing to save; going on")
+def _on_hup(keeper: StateKeeper | None, web: Any) -> Callable[[], None]:
+    """SIGHUP: save the state (--state-dir) and read the web config again (--web-config-file)."""
+
+    def hup() -> None:
+        if web is not None:
+            web.reload()
+        if keeper is not None:
+            keeper.save()
+        elif web is None:
+            log.info("SIGHUP: no --state-dir, nothing to save; going on")
+
+    return hup
 
 
 class StateKeeper:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from daemon.config import NODE_LABEL, PushTiming, node_name
+from daemon.credentials import ClientAuth
 from daemon.model import SourceStatus
 from daemon.redact import redact_url
 
@@ -66,7 +67,10 @@ class AlertmanagerPusher:
         client: httpx.Client | None = None,
         timing: PushTiming | None = None,
         node: str | None = None,
+        credentials: ClientAuth | None = None,
     ):
+        """`credentials`: the `--alertmanager-*` credential files (bearer token or basic auth, CA), used for
+        every URL (a basic auth user may come from each URL's own USER@)."""
         import httpx
 
         self.node = node_name() if node is None else node
@@ -77,7 +81,12 @@ class AlertmanagerPusher:
         ]
         self.generator_url = generator_url
         self.interval_s = interval_s
-        self._client = client or httpx.Client(timeout=self.timing.timeout_s if timeout_s is None else timeout_s)
+        creds = credentials or ClientAuth("--alertmanager")
+        self._client = client or httpx.Client(
+            timeout=self.timing.timeout_s if timeout_s is None else timeout_s, verify=creds.verify()
+        )
+        # httpx's client default (no auth of ours) uses a URL's own user:password@, as before
+        self._auth: dict[str, Any] = {u: creds.auth(u) or httpx.USE_CLIENT_DEFAULT for u in self.urls}
         self._resolved: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}  # resolves not yet delivered everywhere
         self._failures: dict[str, int] = {u: 0 for u in self.urls}
         self._next_try: dict[str, float] = {u: 0.0 for u in self.urls}
@@ -118,7 +127,7 @@ class AlertmanagerPusher:
                 continue
             t0 = time.perf_counter()
             try:
-                r = self._client.post(url, json=body + resolves)
+                r = self._client.post(url, json=body + resolves, auth=self._auth[url])
                 ok = r.status_code < 300
                 err = None if ok else f"HTTP {r.status_code}"
             except Exception as e:  # noqa: BLE001 - httpx errors, DNS, refused: all the same here

@@ -27,6 +27,7 @@ from daemon.words import SHAPES
 
 from .labels import URL_LABELS, shown
 from .server import Handler, PooledHTTPServer, Route
+from .webconfig import WebConfigHolder
 
 if TYPE_CHECKING:
     from daemon.snapshot import Snapshot
@@ -404,17 +405,21 @@ class _BuildInfo:
 
 
 def serve(
-    listen: str, get_snapshot: Callable[[], Snapshot], extra_routes: dict[str, Route] | None = None
+    listen: str,
+    get_snapshot: Callable[[], Snapshot],
+    extra_routes: dict[str, Route] | None = None,
+    web: WebConfigHolder | None = None,
 ) -> tuple[PooledHTTPServer, threading.Thread]:
     """Start the HTTP server in a daemon thread; returns (server, thread). Raises OSError if the port is taken.
 
-    `/metrics` and `/healthz`, plus `extra_routes` (the status page); see exporters/server.py for its limits."""
+    `/metrics` and `/healthz`, plus `extra_routes` (the status page); see exporters/server.py for its limits.
+    `web`: TLS and basic auth (exporters/webconfig.py)."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
     routes: dict[str, Route] = {"/healthz": lambda: ("text/plain; charset=utf-8", b"ok\n")}
     routes.update(extra_routes or {})
     handler = type("Handler", (Handler,), {"routes": routes, "registry": make_registry(get_snapshot)})
-    httpd = PooledHTTPServer((host, int(port)), handler)
+    httpd = PooledHTTPServer((host, int(port)), handler, web=web)
     th = threading.Thread(target=httpd.serve_forever, name="oomwatch-http", daemon=True)
     th.start()
     return httpd, th

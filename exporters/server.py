@@ -9,6 +9,9 @@ scraper that hangs up mid-answer prints a traceback on stderr. Here:
 - every socket read and write times out after `IO_TIMEOUT_S`, so a silent client frees its worker;
 - HTTP/1.0, one request per connection: an idle keep-alive connection never holds a worker between scrapes;
 - a peer that goes away (broken pipe, reset, timeout) is a debug line, not a traceback;
+- with a web config (exporters/webconfig.py), TLS is negotiated on the worker, under the same timeout (a
+  client that never finishes its handshake holds one worker for `IO_TIMEOUT_S`, never the accept loop),
+  basic auth is checked before any route but /healthz, and the configured headers go on every answer;
 - /metrics is encoded as prometheus_client encodes it: the exposition format chosen from `Accept`
   (OpenMetrics when asked), `name[]` filters, gzip when `Accept-Encoding` allows it (any page is gzipped
   then), and HEAD answers the headers alone.
@@ -20,6 +23,7 @@ import contextlib
 import gzip
 import logging
 import socket
+import ssl
 import sys
 import threading
 from collections.abc import Callable
@@ -30,6 +34,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
+
+from .webconfig import OPEN_PATHS, WebConfig, WebConfigHolder
 
 __all__ = ["BACKLOG", "IO_TIMEOUT_S", "WORKERS", "Handler", "PooledHTTPServer", "Route"]
 
@@ -45,7 +51,7 @@ IO_TIMEOUT_S = 10.0
 #: How often a blocked accept loop looks whether the server is shutting down.
 _SLOT_POLL_S = 0.5
 #: What a client that hangs up or stalls raises; it is the client's doing, not a server error.
-_PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
+_PEER_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, ssl.SSLError)
 
 Route = Callable[[], tuple[str, bytes]]  # a page: () -> (content type, body)
 
@@ -65,8 +71,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._answer(body=False)
 
+    def _web(self) -> WebConfig | None:
+        holder = getattr(self.server, "web", None)
+        return holder.current() if isinstance(holder, WebConfigHolder) else None
+
     def _answer(self, body: bool) -> None:
         url = urlsplit(self.path)
+        web = self._web()
+        if web is not None and url.path not in OPEN_PATHS and not web.authorized(self.headers.get("Authorization")):
+            log.debug("%s: basic auth refused for %s", self.address_string(), url.path)
+            self._send(401, "text/plain; charset=utf-8", b"unauthorized\n", body, auth=True)
+            return
         try:
             if url.path == "/metrics" and self.registry is not None:
                 ctype, data = self._metrics(parse_qs(url.query))
@@ -89,9 +104,14 @@ class Handler(BaseHTTPRequestHandler):
             reg = reg.restricted_registry(params["name[]"])
         return ctype, encoder(reg)
 
-    def _send(self, code: int, ctype: str, data: bytes, body: bool, may_gzip: bool = False) -> None:
+    def _send(self, code: int, ctype: str, data: bytes, body: bool, may_gzip: bool = False, auth: bool = False) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
+        if auth:
+            self.send_header("WWW-Authenticate", 'Basic realm="oomwatch", charset="UTF-8"')
+        web = self._web()
+        for name, value in web.headers if web is not None else ():
+            self.send_header(name, value)
         if may_gzip:
             self.send_header("Vary", "Accept-Encoding")
             if gzip_accepted(self.headers.get("Accept-Encoding", "")):
@@ -112,7 +132,14 @@ class PooledHTTPServer(HTTPServer):
     request_queue_size = BACKLOG
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler: type[Handler], workers: int = WORKERS) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[Handler],
+        workers: int = WORKERS,
+        web: WebConfigHolder | None = None,
+    ) -> None:
+        self.web = web
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="oomwatch-http")
@@ -135,17 +162,33 @@ class PooledHTTPServer(HTTPServer):
             self._done(request)
 
     def _work(self, request: Any, client_address: Any) -> None:
+        conn = request
         try:
-            self.finish_request(request, client_address)
+            ctx = self.web.current().ssl_context if self.web is not None else None
+            if ctx is not None:
+                conn = self._tls(ctx, request)
+                conn.do_handshake()  # ssl.SSLError (a plain HTTP client, a refused certificate): a debug line
+            self.finish_request(conn, client_address)
         except Exception:  # noqa: BLE001 - handle_error tells a peer gone from a bug
-            self.handle_error(request, client_address)
+            self.handle_error(conn, client_address)
         finally:
-            self._done(request)
+            self._done(request, conn)
 
-    def _done(self, request: Any) -> None:
+    def _tls(self, ctx: ssl.SSLContext, request: socket.socket) -> ssl.SSLSocket:
+        """The TLS socket (its handshake bounded by IO_TIMEOUT_S), which replaces the plain one (it detaches
+        it) among the open connections that a shutdown hangs up."""
+        request.settimeout(IO_TIMEOUT_S)
+        with self._open_lock:
+            conn = ctx.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+            self._open.discard(request)
+            self._open.add(conn)
+        return conn
+
+    def _done(self, request: Any, conn: Any = None) -> None:
         with self._open_lock:
             self._open.discard(request)
-        self.shutdown_request(request)
+            self._open.discard(conn)
+        self.shutdown_request(conn if conn is not None else request)
         self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -18,12 +18,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from conftest import daemon_run_argv, free_port, need_binary, stop_process
 
 
-def wait_http(url, deadline=20.0, ok=lambda body: True):
+def wait_http(url, deadline=20.0, ok=lambda body: True, context=None, headers=None):
+    """The body of `url` once it answers (and `ok` likes it); `context`: an ssl.SSLContext for https,
+    `headers`: sent with each try (an Authorization)."""
     t0 = time.time()
     last = None
     while time.time() - t0 < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers or {}), timeout=2, context=context
+            ) as r:
                 body = r.read().decode()
                 if ok(body):
                     return body
@@ -36,12 +40,12 @@ def wait_http(url, deadline=20.0, ok=lambda body: True):
     raise AssertionError(f"{url} not ready: {last}")
 
 
-def _start_ready(argv: list[str], ready_url: str) -> subprocess.Popen:
-    """Start a server binary (its output discarded) and return once `ready_url` answers; one that never
-    does is stopped and the test fails."""
+def _start_ready(argv: list[str], ready_url: str, **wait) -> subprocess.Popen:
+    """Start a server binary (its output discarded) and return once `ready_url` answers (`wait`: wait_http's
+    context and headers); one that never does is stopped and the test fails."""
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_http(ready_url)
+        wait_http(ready_url, **wait)
     except AssertionError:
         stop_process(p, kill=True)
         raise
@@ -104,8 +108,12 @@ class Webhook(LocalHttp):
 
 
 class Alertmanager:
-    def __init__(self, tmp, webhook_url, port=None):
+    """`web_config`: a --web.config.file (TLS, basic auth), with `ready` the wait_http arguments (context,
+    headers) that get through it; the URL is then https when `ready` has a context."""
+
+    def __init__(self, tmp, webhook_url, port=None, web_config=None, ready=None):
         self.bin = need_binary("prometheus-alertmanager")
+        self.web_config, self.ready = web_config, ready or {}
         self.port = port or free_port()
         self.tmp = tmp
         self.cfg = os.path.join(tmp, "am.yml")
@@ -116,7 +124,7 @@ class Alertmanager:
                 f"    webhook_configs:\n      - url: {webhook_url}\n        send_resolved: true\n"
             )
         self.proc = None
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if self.ready.get('context') else 'http'}://127.0.0.1:{self.port}"
 
     def start(self):
         data = os.path.join(self.tmp, f"am-data-{time.time_ns()}")
@@ -128,8 +136,10 @@ class Alertmanager:
                 f"--storage.path={data}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--cluster.listen-address=",
+                *([f"--web.config.file={self.web_config}"] if self.web_config else []),
             ],
             self.url + "/-/ready",
+            **self.ready,
         )
         return self
 
@@ -139,7 +149,9 @@ class Alertmanager:
 
 
 class Prometheus:
-    def __init__(self, tmp, target, rules, scrape_interval="1s", alertmanager=None):
+    def __init__(self, tmp, target, rules, scrape_interval="1s", alertmanager=None, scrape_extra=""):
+        """`scrape_extra`: more of the oomwatch job's scrape config (scheme, tls_config, basic_auth), as YAML
+        lines indented under the job."""
         self.bin = need_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -149,7 +161,8 @@ class Prometheus:
                 f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"
                 f"rule_files:\n"
                 + "".join(f"  - {r}\n" for r in rules)
-                + f"scrape_configs:\n  - job_name: oomwatch\n    static_configs:\n      - targets: ['{target}']\n"
+                + f"scrape_configs:\n  - job_name: oomwatch\n{scrape_extra}"
+                + f"    static_configs:\n      - targets: ['{target}']\n"
             )
             if alertmanager:
                 f.write(f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\n")
@@ -178,9 +191,10 @@ class Prometheus:
         stop_process(self.proc)
 
 
-def start_oomwatch(*args, env=None):
+def start_oomwatch(*args, env=None, ca=None):
     """`oomwatch run ARGS` on a free port, once it answers: (process, "127.0.0.1:port"); stop it with
-    conftest.stop_process. A daemon that never answers is stopped here and the test fails."""
+    conftest.stop_process. A daemon that never answers is stopped here and the test fails. `ca`: the CA
+    file of a daemon that serves TLS (--web-config-file), to wait for it over https."""
     port = free_port()
     p = subprocess.Popen(
         daemon_run_argv(port, *args),
@@ -190,7 +204,12 @@ def start_oomwatch(*args, env=None):
         text=True,
     )
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz")
+        if ca is None:
+            wait_http(f"http://127.0.0.1:{port}/healthz")
+        else:
+            import ssl
+
+            wait_http(f"https://127.0.0.1:{port}/healthz", context=ssl.create_default_context(cafile=ca))
     except AssertionError:
         stop_process(p, kill=True)
         raise

@@ -37,10 +37,11 @@ def _parsers():
 
 
 def _variables() -> list[str]:
-    """Every OOMWATCH_* name the shipped packages mention (flags' variables and the others)."""
+    """Every OOMWATCH_* name: each `run` flag's variable, and every other one the shipped packages mention."""
     from daemon.cli import RUN_DEFAULTS, env_name
 
     names = {env_name(d) for d in RUN_DEFAULTS}
+    names |= {env_name(a.dest) for a in _parsers()["run"]._actions if a.option_strings and a.dest != "help"}
     for pkg in ("daemon", "exporters"):
         for d, _, files in os.walk(os.path.join(ROOT, pkg)):
             for f in files:
@@ -167,7 +168,16 @@ PLAUSIBLE = {
     "duration": st.sampled_from(["0.5", "1"]),
     "plot": st.sampled_from(["chart.png", "chart.svg", "chart.foo", "nodir/chart.png"]),
     "timeout": st.sampled_from(["0.5", "3", "1e-9"]),
+    "web_config_file": st.sampled_from(["/dev/null", "/dev/zero", "/nonexistent/web.yml", ".", "/proc/self/status"]),
+    "alertmanager_basic_auth_user": st.sampled_from(["alice", "a:b", ""]),
+    "engine_basic_auth_user": st.sampled_from(["alice", "a:b", ""]),
 }
+# Credential files (token, password, CA): devices, folders, missing and multi-line files; none may hang or trace.
+for _kind in ("alertmanager", "engine"):
+    for _f in ("bearer_token_file", "basic_auth_password_file", "ca_file"):
+        PLAUSIBLE[f"{_kind}_{_f}"] = st.sampled_from(
+            ["/dev/null", "/dev/zero", "/nonexistent", ".", "/proc/self/status"]
+        )
 
 
 #: Arguments the command writes to (files, or folders it creates): kept inside the case's own folder.
@@ -293,6 +303,9 @@ def test_any_flags_and_variables_end_quickly_with_0_1_or_2(tmp_path_factory, cas
         (["diagnose", "--replay", "/dev/zero"], {}),
         (["replay", "example:stray", "--plot", ""], {}),
         (["run", "--bogus\nsecond line"], {}),
+        (["run", "--replay", "example:stray", "--web-config-file", "/dev/zero"], {"OOMWATCH_DURATION": "1"}),
+        (["run", "--replay", "example:stray"], {"OOMWATCH_ENGINE_CA_FILE": "/dev/zero", "OOMWATCH_DURATION": "1"}),
+        (["run", "--replay", "example:stray", "--alertmanager-basic-auth-user", "a:b"], {}),
         ([], {}),
     ],
 )

@@ -33,10 +33,12 @@ def _helm():
     return p
 
 
-def _render(*sets):
+def _render(*sets, strings=()):
     args = [_helm(), "template", "gpu", CHART, "--namespace", "monitoring"]
     for s in sets:
         args += ["--set", s]
+    for s in strings:
+        args += ["--set-string", s]
     r = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return [d for d in yaml.safe_load_all(r.stdout) if d]
@@ -125,7 +127,15 @@ def test_a_bad_mode_is_refused():
 
 
 @pytest.mark.parametrize(
-    "sets", [(), ("mode=sidecar", "webConfig.enabled=true"), ("monitor.kind=PodMonitor",)], ids=str
+    "sets",
+    [
+        (),
+        ("mode=sidecar", "webConfig.enabled=true"),
+        ("monitor.kind=PodMonitor",),
+        ("webConfig.enabled=true", "webConfig.tlsSecret=t", "webConfig.scheme=HTTPS", "monitor.kind=PodMonitor"),
+        ("mode=sidecar", "alertmanagerAuth.secret=s", "alertmanagerAuth.bearerTokenKey=token"),
+    ],
+    ids=str,
 )
 def test_objects_are_valid_kubernetes(sets):
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed (the [test] extra)")
@@ -138,3 +148,94 @@ def test_objects_are_valid_kubernetes(sets):
         kv.validate(d, K8S_VERSION, strict=True)  # raises ValidationError, naming the field
         checked += 1
     assert checked >= 3
+
+
+def _web(tls_dir, extra=""):
+    return (
+        f"webConfig.content=tls_server_config:\n  cert_file: {tls_dir}/tls.crt\n  key_file: {tls_dir}/tls.key\n{extra}"
+    )
+
+
+def test_web_config_is_mounted_passed_and_loads_in_oomwatch(tmp_path):
+    """The Secret the chart renders is the file oomwatch reads: mounted where OOMWATCH_WEB_CONFIG_FILE says,
+    loaded by oomwatch itself (with certificates made here), probes over HTTPS on /healthz, monitor https."""
+    from certs import bcrypt_hash, make_pki
+    from exporters.webconfig import load
+
+    pki = make_pki(str(tmp_path / "tls"))
+    os.rename(pki.cert, tmp_path / "tls" / "tls.crt")
+    os.rename(pki.key, tmp_path / "tls" / "tls.key")
+    users = f"basic_auth_users:\n  prometheus: {bcrypt_hash('pw')}\n"
+    kinds = _by_kind(
+        _render(
+            "webConfig.enabled=true",
+            "webConfig.tlsSecret=oomwatch-tls",
+            "monitor.tlsConfig.serverName=oomwatch",
+            strings=[_web(tmp_path / "tls", users)],
+        )
+    )
+    (secret,) = kinds["Secret"]
+    path = tmp_path / "web-config.yml"
+    path.write_text(secret["stringData"]["web-config.yml"])
+    cfg = load(str(path))
+    assert cfg.scheme == "https" and set(cfg.users) == {"prometheus"}
+    pod = kinds["DaemonSet"][0]["spec"]["template"]["spec"]
+    ow = _oomwatch(pod)
+    env = {e["name"]: e.get("value") for e in ow["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in ow["volumeMounts"]}
+    assert env["OOMWATCH_WEB_CONFIG_FILE"] == mounts["web-config"] + "/web-config.yml"
+    assert mounts["web-tls"] == "/etc/oomwatch/tls"
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["web-config"]["secret"]["secretName"] == secret["metadata"]["name"]
+    assert vols["web-tls"]["secret"]["secretName"] == "oomwatch-tls"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert ow[probe]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+    (sm,) = kinds["ServiceMonitor"]
+    ep = sm["spec"]["endpoints"][0]
+    assert ep["scheme"] == "https" and ep["tlsConfig"] == {"serverName": "oomwatch"}
+
+
+def test_web_config_from_an_existing_secret_and_client_certificates():
+    kinds = _by_kind(
+        _render(
+            "webConfig.enabled=true",
+            "webConfig.existingSecret=my-web-config",
+            "webConfig.scheme=https",
+            strings=[_web("/etc/oomwatch/tls", "  client_auth_type: RequireAndVerifyClientCert\n")],
+        )
+    )
+    assert "Secret" not in kinds  # the user's own Secret holds the hashes
+    pod = kinds["DaemonSet"][0]["spec"]["template"]["spec"]
+    assert {"name": "web-config", "secret": {"secretName": "my-web-config"}} in pod["volumes"]
+    ow = _oomwatch(pod)
+    assert ow["livenessProbe"]["tcpSocket"] == {"port": "metrics"}  # a kubelet has no client certificate
+    assert kinds["ServiceMonitor"][0]["spec"]["endpoints"][0]["scheme"] == "https"
+
+
+def test_without_web_config_nothing_changes():
+    ow = _oomwatch(_by_kind(_render())["DaemonSet"][0]["spec"]["template"]["spec"])
+    assert "OOMWATCH_WEB_CONFIG_FILE" not in {e["name"] for e in ow["env"]}
+    assert ow["livenessProbe"]["httpGet"]["scheme"] == "HTTP" and ow["readinessProbe"]["httpGet"]["path"] == "/metrics"
+
+
+def test_alertmanager_credentials_come_from_a_secret_as_files():
+    kinds = _by_kind(
+        _render(
+            "alertmanagerUrls={https://am:9093}",
+            "alertmanagerAuth.secret=am-creds",
+            "alertmanagerAuth.basicAuthUser=oomwatch",
+            "alertmanagerAuth.basicAuthPasswordKey=password",
+            "alertmanagerAuth.caKey=ca.crt",
+        )
+    )
+    pod = kinds["DaemonSet"][0]["spec"]["template"]["spec"]
+    ow = _oomwatch(pod)
+    env = {e["name"]: e.get("value") for e in ow["env"]}
+    assert env["OOMWATCH_ALERTMANAGER_BASIC_AUTH_USER"] == "oomwatch"
+    assert env["OOMWATCH_ALERTMANAGER_BASIC_AUTH_PASSWORD_FILE"] == "/etc/oomwatch/alertmanager/password"
+    assert env["OOMWATCH_ALERTMANAGER_CA_FILE"] == "/etc/oomwatch/alertmanager/ca.crt"
+    assert "OOMWATCH_ALERTMANAGER_BEARER_TOKEN_FILE" not in env
+    assert {"name": "alertmanager-auth", "mountPath": "/etc/oomwatch/alertmanager", "readOnly": True} in ow[
+        "volumeMounts"
+    ]
+    assert {"name": "alertmanager-auth", "secret": {"secretName": "am-creds"}} in pod["volumes"]

@@ -27,6 +27,8 @@ from ..model import EngineSnapshot, SourceStatus
 from ..redact import redact_text, redact_url
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 Labels = dict[str, str]
@@ -329,8 +331,13 @@ class EngineSource:
         retries: int = 2,
         backoff_s: float = 0.2,
         client: httpx.Client | None = None,
+        auth: httpx.Auth | None = None,
+        verify: ssl.SSLContext | bool = True,
     ):
+        """`auth` and `verify` are httpx's (daemon.credentials.ClientAuth builds them from the credential
+        flags); a given `client` is used as it is."""
         self.url = metrics_url(url)  # raises EngineUrlError
+        self._auth, self._verify = auth, verify
         self.shown = redact_url(self.url)  # what names, logs and snapshots carry: never its credentials
         self.name = f"engine:{self.shown}"
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
@@ -343,7 +350,11 @@ class EngineSource:
         if self._client is None:
             import httpx
 
-            self._client = httpx.Client(timeout=self.timeout_s, follow_redirects=True)
+            # A redirect to another host drops the Authorization header (httpx does), so credentials never
+            # follow a redirect off the engine.
+            self._client = httpx.Client(
+                timeout=self.timeout_s, follow_redirects=True, auth=self._auth, verify=self._verify
+            )
         return self._client
 
     def _get(self, deadline: float) -> str:
@@ -468,6 +479,8 @@ def _describe(e: Exception) -> str:
             return "name not resolved (DNS): check the host name"
         if "refused" in text:
             return "connection refused (nothing listens on that port)"
+        if "ssl" in text or "certificate" in text:  # an untrusted certificate (--engine-ca-file), no TLS there
+            return f"TLS failed: {redact_text(str(e))[:140]}"
         return "connection refused or host unreachable"
     if isinstance(e, httpx.TimeoutException):
         return "timed out"

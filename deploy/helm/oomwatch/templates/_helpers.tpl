@@ -28,6 +28,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* HTTPS or HTTP: how the probes and the monitor reach oomwatch (webConfig). */}}
+{{- define "oomwatch.scheme" -}}
+{{- $w := .Values.webConfig -}}
+{{- if not $w.enabled -}}HTTP
+{{- else if $w.scheme -}}
+{{- if not (has (upper $w.scheme) (list "HTTP" "HTTPS")) -}}
+{{- fail (printf "webConfig.scheme must be HTTP or HTTPS, not %q" $w.scheme) -}}
+{{- end -}}
+{{- upper $w.scheme -}}
+{{- else if and (not $w.existingSecret) (regexMatch "(?m)^tls_server_config:" $w.content) -}}HTTPS
+{{- else -}}HTTP
+{{- end -}}
+{{- end -}}
+
+{{/* A probe of oomwatch: /healthz needs no password; with client certificates required, the port alone. */}}
+{{- define "oomwatch.probe" -}}
+{{- if and .Values.webConfig.enabled (regexMatch "(?m)^[^#]*RequireAndVerifyClientCert" .Values.webConfig.content) -}}
+tcpSocket: {port: metrics}
+{{- else -}}
+httpGet: {path: /healthz, port: metrics, scheme: {{ include "oomwatch.scheme" . }}}
+{{- end -}}
+{{- end -}}
+
 {{/* The oomwatch container, the same in both modes. */}}
 {{- define "oomwatch.container" -}}
 - name: oomwatch
@@ -53,15 +76,38 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
       valueFrom: {fieldRef: {fieldPath: metadata.name}}
     - name: POD_NAMESPACE
       valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+    {{- if .Values.webConfig.enabled }}
+    - {name: OOMWATCH_WEB_CONFIG_FILE, value: /etc/oomwatch/web/web-config.yml}
+    {{- end }}
+    {{- with .Values.alertmanagerAuth }}
+    {{- if .secret }}
+    {{- if .bearerTokenKey }}
+    - {name: OOMWATCH_ALERTMANAGER_BEARER_TOKEN_FILE, value: "/etc/oomwatch/alertmanager/{{ .bearerTokenKey }}"}
+    {{- end }}
+    {{- if .basicAuthUser }}
+    - {name: OOMWATCH_ALERTMANAGER_BASIC_AUTH_USER, value: {{ .basicAuthUser | quote }}}
+    {{- end }}
+    {{- if .basicAuthPasswordKey }}
+    - {name: OOMWATCH_ALERTMANAGER_BASIC_AUTH_PASSWORD_FILE, value: "/etc/oomwatch/alertmanager/{{ .basicAuthPasswordKey }}"}
+    {{- end }}
+    {{- if .caKey }}
+    - {name: OOMWATCH_ALERTMANAGER_CA_FILE, value: "/etc/oomwatch/alertmanager/{{ .caKey }}"}
+    {{- end }}
+    {{- end }}
+    {{- end }}
     {{- range $k, $v := .Values.extraEnv }}
     - {name: {{ $k }}, value: {{ $v | quote }}}
     {{- end }}
   ports: [{name: metrics, containerPort: {{ .Values.port }}}]
   livenessProbe:
-    httpGet: {path: /healthz, port: metrics}
+    {{- include "oomwatch.probe" . | nindent 4 }}
     periodSeconds: 20
   readinessProbe:
+    {{- if .Values.webConfig.enabled }}
+    {{- include "oomwatch.probe" . | nindent 4 }}
+    {{- else }}
     httpGet: {path: /metrics, port: metrics}
+    {{- end }}
     periodSeconds: 10
   resources: {{- toYaml .Values.resources | nindent 4 }}
   securityContext:
@@ -77,8 +123,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
     {{- if eq .Values.mode "daemonset" }}
     - {name: pod-logs, mountPath: /var/log/pods, readOnly: true}
     {{- end }}
+    {{- if .Values.alertmanagerAuth.secret }}
+    - {name: alertmanager-auth, mountPath: /etc/oomwatch/alertmanager, readOnly: true}
+    {{- end }}
     {{- if .Values.webConfig.enabled }}
-    - {name: web-config, mountPath: /etc/oomwatch, readOnly: true}
+    - {name: web-config, mountPath: /etc/oomwatch/web, readOnly: true}
+    {{- if .Values.webConfig.tlsSecret }}
+    - {name: web-tls, mountPath: /etc/oomwatch/tls, readOnly: true}
+    {{- end }}
     {{- end }}
 {{- end -}}
 
@@ -106,7 +158,13 @@ priorityClassName: {{ . }}
 {{- if eq .Values.mode "daemonset" }}
 - {name: pod-logs, hostPath: {path: /var/log/pods, type: Directory}}
 {{- end }}
+{{- if .Values.alertmanagerAuth.secret }}
+- {name: alertmanager-auth, secret: {secretName: {{ .Values.alertmanagerAuth.secret }}}}
+{{- end }}
 {{- if .Values.webConfig.enabled }}
-- {name: web-config, secret: {secretName: {{ include "oomwatch.fullname" . }}-web-config}}
+- {name: web-config, secret: {secretName: {{ .Values.webConfig.existingSecret | default (printf "%s-web-config" (include "oomwatch.fullname" .)) }}}}
+{{- if .Values.webConfig.tlsSecret }}
+- {name: web-tls, secret: {secretName: {{ .Values.webConfig.tlsSecret }}}}
+{{- end }}
 {{- end }}
 {{- end -}}
