@@ -147,9 +147,9 @@ class CardJudge:
         return max((h for _, h in self.transients), default=0.0)
 
     def _period(self) -> float:
-        """The card's cycle: the median gap between its releases when they repeat (three or more, their gaps'
-        coefficient of variation within `cycle_regularity`); 0 for releases at irregular gaps (transients, load given back now and
-        then), which are no cycle to size the trend's blocks by."""
+        """The card's cycle: the median gap between its releases when they repeat (three or more, their
+        gaps' coefficient of variation within `cycle_regularity`); 0 for releases at irregular gaps
+        (transients, load given back now and then), which are no cycle to size the trend's blocks by."""
         r = self.releases
         if len(r) < 3:  # one gap is no evidence of a cycle
             return 0.0
