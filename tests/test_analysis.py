@@ -140,7 +140,7 @@ def test_bounded_sawtooth_is_quiet():
 
 def test_slow_leak_far_from_oom_has_finite_eta():
     # Serving first (flat past the settle time), then the leak: growth inside a start is never a leak.
-    a, _ = run_synth([synth.staircase(base=0.3, step=1 * synth.GiB, every=4, t_leak=30)], 90)
+    a, _ = run_synth([synth.staircase(base=0.3, step=1 * synth.GiB, every=4, t_leak=30)], 150)
     g = a.summary()["gpus"]["0"]
     assert g["leak"] and g["eta_seconds"] is not None and g["eta_seconds"] > 60
 
@@ -391,3 +391,35 @@ def test_a_page_holds_only_while_its_forecast_does():
     assert len(pages) == 2 and pages[0] < 180 and 780 <= pages[1] < oom, (pages, oom)
     resolved = [tr.t for tr in trans if tr.alert.alertname == "GPUOOMImminent" and tr.state == "resolved"]
     assert resolved and 180 < resolved[0] < 780, resolved
+
+
+def test_a_slow_leak_at_the_top_warns_and_never_pages_for_hours_away():
+    """A 30 MB/hour leak from 96% of an H200: the leak is told (GPUMemoryLeak) but the card is days from full,
+    so GPUOOMImminent, which means full within the horizon, never fires (no latch at the top)."""
+    rate = 30e6 / 3600
+    trans, oom = _vllm_card(
+        0.955, lambda t: 0.0 if t < 600 else (t - 600) * rate // (2 << 20) * (2 << 20), 12 * 3600, hz=0.2
+    )
+    assert oom is None
+    assert fired(trans, "GPUMemoryLeak")
+    assert not fired(trans, "GPUOOMImminent")
+
+
+def test_a_load_cycle_seen_once_does_not_page_on_its_next_rise():
+    """A pool-less server whose memory follows an hourly load between 30% and 92% of the card: once it has
+    been up there and given memory back, the next rise to the same level is the cycle, not a card filling."""
+    import math
+
+    from daemon.model import GpuSample, ProcInfo
+
+    a = Analyzer(synth.info(1))
+    a.add_proc(ProcInfo(901, "python3", ("python3", "-m", "uvicorn", "app:app"), 1, 1.0))
+    trans = []
+    for k in range(int(4 * 3600 / 2)):
+        t = k * 2.0
+        level = 0.30 + 0.31 * (1 - math.cos(2 * math.pi * t / 3600))  # 30% .. 92%
+        u = int(level * synth.CAP) if t >= 4 else 0
+        procs = ((901, u),) if u else ()
+        trans += a.add_sample(Sample(t, (GpuSample(0, u, synth.CAP - u, synth.RESERVED, 0, procs),)))
+    pages = fired(trans, "GPUOOMImminent")
+    assert not [p for p in pages if p > 3600], pages  # after the first cycle came back down

@@ -300,9 +300,15 @@ class Analyzer:
             else:
                 st.leak_since = None
             pv = v
-            if not page and phase == "serving" and st.busy.get("leak_confirmed"):
-                # The forecast from the leak this busy period confirmed: at its last rate, is the card full
-                # within the horizon (hysteresis: within twice the horizon once paged)? A leak that filled
+            if (
+                not page
+                and phase == "serving"
+                and st.busy.get("leak_confirmed")
+                and (v.floor_bytes >= cfg.no_headroom_fraction * cap or (v.leak and st.busy.get("paging")))
+            ):
+                # The forecast from the leak this busy period confirmed, once it has filled the card, or while it
+                # is paged (hysteresis: twice the horizon; below the top the curve's own urgency, seasonality
+                # included, decides the first page): at its last rate, is the card full within the horizon? A leak that filled
                 # the card leaves only the allocator's cache, which runs out at a moment NVML cannot see, so
                 # the last known rate is the forecast; a slow leak near the top (30 MB/h) is hours away.
                 pv = _forecast(v, st, used, cap, now, cfg.no_headroom_fraction)
