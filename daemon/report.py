@@ -65,8 +65,8 @@ def verdict_sentence(a: Analyzer, st: GpuState) -> str:
     b = st.busy
     if lc.phase == "idle":
         s = "idle now"
-        if b:
-            s += f" (its processes exited; it peaked at {_pct(b['peak'], cap)})"
+        if b is not None:
+            s += f" (its processes exited; it peaked at {_pct(b.peak, cap)})"
     elif lc.phase == "exiting":
         s = f"exiting now: its processes are gone and {_pct(used, cap)} is being given back"
     elif lc.phase == "starting":
