@@ -4,6 +4,8 @@ alerted on (GPUTelemetryDown, source `analysis:<detector>`) while the others' al
 
 import logging
 
+import pytest
+
 from conftest import example
 from daemon.analysis import detectors, findings
 from daemon.analysis.analyzer import Analyzer
@@ -119,3 +121,25 @@ def test_the_failure_clears_when_the_detector_recovers():
     states = [tr.state for tr in trans if (tr.alert.alertname, tr.alert.labels) == key]
     assert states == ["firing", "resolved"]
     assert a.analysis_errors["flaky"] > 0
+
+
+@pytest.mark.parametrize("kind", ["stray", "telemetry_down"])
+def test_builders_give_labels_the_spec_table_names(kind):
+    from daemon.config import NODE_LABEL, SPECS
+
+    if kind == "stray":
+        _, c = findings.stray("0", "GPU-1", 5, None, 1.0, "orphaned", 0.0)
+    else:
+        _, c = findings.telemetry_down("nvml", "gone", 0.0)
+    assert {k for k, _ in c.labels} == set(SPECS[c.alertname].labels) and NODE_LABEL not in SPECS[c.alertname].labels
+
+
+@pytest.mark.parametrize("name", ["staircase", "stray", "tp_imbalance", "spike"])
+def test_every_alert_raised_carries_the_labels_its_spec_names(name):
+    from daemon.config import SPECS
+
+    _, trans = replay(name)
+    assert trans
+    for tr in trans:
+        assert [k for k, _ in tr.alert.labels] == sorted(SPECS[tr.alert.alertname].labels), tr.alert
+        assert tr.alert.severity == SPECS[tr.alert.alertname].severity

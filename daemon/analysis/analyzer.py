@@ -1,8 +1,9 @@
 """The incremental analysis shared by the daemon, `oomwatch replay` and `oomwatch diagnose`.
 
-Samples and process descriptions go in as they come; every `eval_interval_s` of sample time each card's
-lifecycle is updated (lifecycle.py: idle, starting, serving, exiting), its curve judged at the scales
-where growth shows (curve.py over history.py, with trend.py's statistics), and the alert book updated.
+Samples and process descriptions go in as they come; every `eval_interval_s` of sample time the detectors
+run (detectors.py: each card's lifecycle, idle, starting, serving, exiting, and its curve judged at the
+scales where growth shows, curve.py over history.py with trend.py's statistics; strays, imbalance, KV
+pressure, telemetry, host RAM), each isolated from the others, and the alert book is updated.
 Warnings and pages are confirmed for a share of their ETA, so a cycle's ramp or a step that stops clears
 before anyone is paged; an alert that fires opens an episode (what fired, when, on what evidence, how it
 ended) that the summary tells after the fact. No I/O: the caller feeds it and reads `summary()`. Running
@@ -16,7 +17,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any
 
-from ..config import AlertTiming, AnalysisConfig
+from ..config import CARD_ALERTS, AlertTiming, AnalysisConfig
 from ..model import AllocSample, EngineSnapshot, GpuInfo, ProcInfo, Sample, SourceStatus
 from . import findings
 from .alerts import AlertBook, Transition
@@ -33,8 +34,8 @@ __all__ = ["CARD_EPISODE_ALERTS", "Analyzer", "BusyPeriod", "FiredKey", "GpuStat
 
 log = logging.getLogger("oomwatch.analysis")
 
-#: Alerts about one card's memory curve: they end when the card's processes are gone.
-CARD_EPISODE_ALERTS = ("GPUMemoryLeak", "GPUOOMImminent", "GPUMemorySpikeRisk")
+#: Alerts about one card's memory curve: they end when the card's processes are gone (`card_scoped` specs).
+CARD_EPISODE_ALERTS = CARD_ALERTS
 #: A finding's place in `Analyzer.fired`: (kind, gpu, pid, the labels of its alert; () for none).
 FiredKey = tuple[str, str | None, int | None, tuple[tuple[str, str], ...]]
 
@@ -86,7 +87,7 @@ class Analyzer:
         # episodes still firing, by alert key
         self._open: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
         self.detectors: list[Detector] = default_detectors()  # run in this order (detectors.py)
-        self.analysis_errors: Counter[str] = Counter()  # per detector: evaluations in which it raised
+        self.analysis_errors: Counter[str] = Counter()  # per detector: the runs that raised (per card if per-card)
         self._logged_errors: set[str] = set()  # detectors whose failure was logged (once each)
         self._last_error: dict[str, str] = {}  # per detector: its last exception, as one line
 
