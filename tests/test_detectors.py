@@ -59,6 +59,7 @@ def test_every_detector_has_a_name_and_pairs_findings_with_conditions():
     assert not a.analysis_errors and any(f.kind == "leak" for f in a.fired.values())
 
 
+@pytest.mark.analysis_errors
 def test_a_raising_detector_is_counted_logged_once_and_alerted_while_the_others_fire(caplog):
     clean, clean_trans = replay("staircase")
     assert "GPUMemoryLeak" in names(clean_trans)
@@ -80,6 +81,7 @@ def test_a_raising_detector_is_counted_logged_once_and_alerted_while_the_others_
     assert t == clean_t
 
 
+@pytest.mark.analysis_errors
 def test_a_raising_finding_builder_no_longer_silences_the_analysis(monkeypatch):
     """The issue's case: a finding builder that raised took the whole evaluation down and nothing fired.
     Now the curve detector fails alone: its failure pages, and a down source still pages too."""
@@ -96,6 +98,7 @@ def test_a_raising_finding_builder_no_longer_silences_the_analysis(monkeypatch):
     assert a.summary()["gpus"]["0"]["shape"] != "idle"  # the card's state still moved on
 
 
+@pytest.mark.analysis_errors
 def test_the_failure_clears_when_the_detector_recovers():
     state = {"fail": True}
 
