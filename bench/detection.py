@@ -293,6 +293,8 @@ def _replay(item: str) -> tuple[dict, list[dict], int, float, dict, dict]:
     t0 = time.perf_counter()
     n = feed(an, parsed, trans.append)
     dt = time.perf_counter() - t0
+    if an.analysis_errors:  # the daemon goes on past a detector that raises; a benchmark must not
+        raise RuntimeError(f"{item}: a detector raised {dict(an.analysis_errors)} (see the oomwatch.analysis log)")
     return truth, as_dicts(trans), n, dt, header, an.summary()["gpus"]
 
 

@@ -10,6 +10,7 @@ ETA; the few absolute times below are the shortest evidence we accept, not the e
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -32,22 +33,146 @@ MAX_INTERVAL_S = 3600.0
 #: A duration or timeout beyond a year is a typo, and would overflow the timers it is handed to.
 MAX_SECONDS = 366 * 86400.0
 
-ALERTS = {
-    # name: (severity, one-line meaning used in docs and as a fallback summary)
-    "GPUMemoryLeak": ("warning", "memory that is never given back keeps growing after warm-up"),
-    "GPUOOMImminent": ("critical", "at the current growth, the card is full within the horizon"),
-    "GPUMemorySpikeRisk": ("warning", "recent transient peaks are taller than the free headroom"),
-    "GPUMemoryImbalance": ("warning", "cards of one server differ by more than the threshold"),
-    "GPUStrayProcess": ("warning", "a process holds GPU memory outside the served process tree"),
-    "KVCachePressure": ("warning", "the engine's KV cache is nearly full and requests queue or are preempted"),
-    "GPUTelemetryDown": ("critical", "NVML or an engine endpoint stopped answering"),
-    "HostMemoryLeak": ("warning", "a server process's resident host memory keeps growing while GPU memory is flat"),
-}
 
-#: Alerts that only Prometheus can raise (oomwatch cannot page about its own absence): in rules/, not here above.
-RULE_ONLY_ALERTS = {
-    "OomwatchDown": ("critical", "Prometheus cannot scrape oomwatch, so none of the alerts above can fire"),
-}
+@dataclass(frozen=True)
+class AlertSpec:
+    """One alert, the one place it is described: the daemon's alert book and findings, the Prometheus rules
+    (rules/build.py), the dashboard (grafana/build.py), the flight dumps (daemon/flight.py) and the runbooks'
+    headings (tests/test_alert_specs.py) all read these fields.
+
+    The rule's PromQL lives in rules/build.py, keyed by `name` (it is built from AnalysisConfig's
+    thresholds, and build.py refuses an alert without one or an expression without an alert)."""
+
+    name: str
+    severity: str  # critical pages; warning does not
+    meaning: str  # one line, used in docs and as a fallback summary
+    for_s: float  # the daemon's `for`: how long its condition holds before it fires (seconds)
+    rule_for_evaluations: int  # the rule's `for`, in evaluations of AlertTiming.rule_eval_interval_s
+    why_for: str  # why those two waits
+    labels: tuple[str, ...]  # its labels besides alertname, severity and node: the daemon's and the rule's alike
+    clear_s: float | None = None  # firing this long after its condition went false (None: AlertTiming.clear_s)
+    card_scoped: bool = False  # about one card's memory curve: its episode ends when the card's processes do
+    dumps: bool = False  # its firing writes a flight dump of the last window (daemon/flight.py)
+    daemon: bool = True  # False: raised by the rules only (oomwatch cannot page about its own absence)
+
+
+#: Every alert, in the order the rules file lists them. The daemon evaluates every `eval_interval_s` (about a
+#: second) on 10 Hz samples, and its detectors demand structural evidence (kept steps, rising troughs), so its
+#: `for_s` only has to outlast one odd sample. Prometheus evaluates every 15-60 s on scraped gauges: one odd
+#: scrape is one evaluation, so a rule waits `rule_for_evaluations` evaluations at the slowest common interval.
+#: A count of 0 forwards a verdict the daemon has already debounced (its ETA or spike risk) without a second wait.
+ALERT_SPECS: tuple[AlertSpec, ...] = (
+    AlertSpec(
+        "GPUOOMImminent",
+        "critical",
+        "at the current growth, the card is full within the horizon",
+        0.0,
+        0,
+        "an ETA inside the horizon is already a fitted leak: page at once; the rule forwards the daemon's "
+        "debounced ETA",
+        ("gpu", "uuid"),
+        clear_s=60.0,  # the page holds only while its forecast does (with the forecast's own hysteresis,
+        # Analyzer): a minute rides out one odd evaluation; it ends at once when the card's processes exit
+        card_scoped=True,
+        dumps=True,
+    ),
+    AlertSpec(
+        "GPUMemoryLeak",
+        "warning",
+        "memory that is never given back keeps growing after warm-up",
+        2.0,
+        1,
+        "the leak detector already demands a sustained trend: ride out one odd evaluation; the gauge is the "
+        "daemon's debounced leak rate, one more look",
+        ("gpu", "uuid"),
+        clear_s=30.0,  # a trend tested on minutes flickers at its edge: one episode, not several
+        card_scoped=True,
+        dumps=True,
+    ),
+    AlertSpec(
+        "GPUMemorySpikeRisk",
+        "warning",
+        "recent transient peaks are taller than the free headroom",
+        0.0,
+        0,
+        "a spike is over in seconds, waiting would page after the OOM; the rule's spike heights are already a "
+        "5-minute maximum",
+        ("gpu", "uuid"),
+        clear_s=60.0,  # a sawtooth's floor moves each cycle: one warning, not one per cycle
+        card_scoped=True,
+        dumps=True,
+    ),
+    AlertSpec(
+        "GPUMemoryImbalance",
+        "warning",
+        "cards of one server differ by more than the threshold",
+        5.0,
+        5,
+        "cards load at different moments while a model loads; the rule computes it from raw used bytes, and a "
+        "load or restart takes minutes",
+        ("gpu",),
+    ),
+    AlertSpec(
+        "GPUStrayProcess",
+        "warning",
+        "a process holds GPU memory outside the served process tree",
+        2.0,
+        1,
+        "a process may hold memory for a moment while it exits; a PID seen in two scrapes is not on its way out",
+        ("gpu", "uuid", "pid"),
+    ),
+    AlertSpec(
+        "KVCachePressure",
+        "warning",
+        "the engine's KV cache is nearly full and requests queue or are preempted",
+        10.0,
+        2,
+        "a burst fills the cache briefly, only a sustained queue matters; raw engine gauges: a burst passes "
+        "within two evaluations",
+        ("url", "engine"),
+    ),
+    AlertSpec(
+        "GPUTelemetryDown",
+        "critical",
+        "NVML or an engine endpoint stopped answering",
+        0.0,
+        1,
+        "a source is marked down only after it failed: say so at once; one failed scrape of a source is a blip, "
+        "two are an outage",
+        ("source",),
+    ),
+    AlertSpec(
+        "HostMemoryLeak",
+        "warning",
+        "a server process's resident host memory keeps growing while GPU memory is flat",
+        60.0,
+        10,
+        "host RSS is sampled every process scan (seconds), not at 10 Hz; it grows with caches for minutes after "
+        "start, a leak keeps going",
+        ("pid",),
+    ),
+    AlertSpec(
+        "OomwatchDown",
+        "critical",
+        "Prometheus cannot scrape oomwatch, so none of the alerts above can fire",
+        0.0,
+        2,
+        "a restart (new image, node drain) misses a scrape or two; longer is an outage",
+        ("instance", "job"),
+        daemon=False,
+    ),
+)
+#: The table by name.
+SPECS: dict[str, AlertSpec] = {s.name: s for s in ALERT_SPECS}
+
+#: name: (severity, meaning) of the alerts the daemon raises (a view of ALERT_SPECS).
+ALERTS: dict[str, tuple[str, str]] = {s.name: (s.severity, s.meaning) for s in ALERT_SPECS if s.daemon}
+#: Alerts that only Prometheus can raise (oomwatch cannot page about its own absence): in rules/ only.
+RULE_ONLY_ALERTS: dict[str, tuple[str, str]] = {s.name: (s.severity, s.meaning) for s in ALERT_SPECS if not s.daemon}
+#: Alerts about one card's memory curve: their episodes end when the card's processes are gone.
+CARD_ALERTS: tuple[str, ...] = tuple(s.name for s in ALERT_SPECS if s.card_scoped)
+#: Alerts whose firing writes a flight dump (the memory ones; a stray or a down source needs no curve).
+DUMP_ALERTS: tuple[str, ...] = tuple(s.name for s in ALERT_SPECS if s.dumps)
 
 RUNBOOK_BASE = "https://github.com/oomwatch/oomwatch/blob/main/docs/runbooks/"
 
@@ -175,51 +300,30 @@ class AnalysisConfig:
 
 @dataclass(frozen=True)
 class AlertTiming:
-    """How long a condition must hold before it pages, in the daemon and in the Prometheus rules.
+    """How long a condition must hold before it pages, in the daemon and in the Prometheus rules: a view of
+    an alert spec table (ALERT_SPECS by default; see there for why the daemon's and the rules' waits differ)."""
 
-    The daemon evaluates every `eval_interval_s` (about a second) on 10 Hz samples, and its detectors demand
-    structural evidence (kept steps, rising troughs), so its `for_s` only has to outlast one odd sample.
-    Prometheus evaluates every 15-60 s on scraped gauges: one odd scrape is one evaluation, so a rule waits
-    for `rule_for_evaluations` evaluations at the slowest common interval (`rule_eval_interval_s`). A count
-    of 0 forwards a verdict the daemon has already debounced (its ETA or spike risk) without a second wait.
-    """
-
-    for_s: dict[str, float] = field(
-        default_factory=lambda: {
-            "GPUMemoryLeak": 2.0,  # the leak detector already demands a sustained trend; ride out one odd evaluation
-            "GPUOOMImminent": 0.0,  # an ETA inside the horizon is already a fitted leak: page at once
-            "GPUMemorySpikeRisk": 0.0,  # a spike is over in seconds; waiting would page after the OOM
-            "GPUMemoryImbalance": 5.0,  # cards load at different moments while a model loads
-            "GPUStrayProcess": 2.0,  # a process may hold memory for a moment while it exits
-            "KVCachePressure": 10.0,  # a burst fills the cache briefly; only a sustained queue matters
-            "GPUTelemetryDown": 0.0,  # a source is marked down only after it failed; say so at once
-            "HostMemoryLeak": 60.0,  # host RSS is sampled every process scan (seconds), not at 10 Hz
-        }
-    )
+    specs: tuple[AlertSpec, ...] = ALERT_SPECS
     clear_s: float = 10.0  # a firing alert resolves after its condition was false this long (no flapping)
-    clear_by_alert: dict[str, float] = field(
-        default_factory=lambda: {
-            "GPUMemoryLeak": 30.0,  # a trend tested on minutes flickers at its edge: one episode, not several
-            "GPUOOMImminent": 60.0,  # the page holds only while its forecast does (with the forecast's own
-            # hysteresis, Analyzer): a minute rides out one odd evaluation; it ends at once when the card's
-            # processes exit
-            "GPUMemorySpikeRisk": 60.0,  # a sawtooth's floor moves each cycle: one warning, not one per cycle
-        }
-    )
     rule_eval_interval_s: float = 60.0  # Prometheus evaluates rules every 15-60 s; size `for` for the slowest
-    rule_for_evaluations: dict[str, int] = field(
-        default_factory=lambda: {
-            "GPUMemoryLeak": 1,  # the gauge is already the daemon's debounced leak rate; one more look
-            "GPUOOMImminent": 0,  # the daemon's ETA is already debounced: forward it
-            "GPUMemorySpikeRisk": 0,  # the daemon's spike heights are already a 5-minute maximum
-            "GPUMemoryImbalance": 5,  # computed from raw used bytes in the rule: a load or restart takes minutes
-            "GPUStrayProcess": 1,  # a PID seen in two scrapes is not a process on its way out
-            "KVCachePressure": 2,  # raw engine gauges: a burst passes within two evaluations
-            "GPUTelemetryDown": 1,  # one failed scrape of a source is a blip; two are an outage
-            "HostMemoryLeak": 10,  # host RSS grows with caches for minutes after start; a leak keeps going
-            "OomwatchDown": 2,  # a restart (new image, node drain) misses a scrape or two; longer is an outage
-        }
-    )
+
+    @functools.cached_property
+    def for_s(self) -> dict[str, float]:
+        """The daemon's `for` per alert it raises (seconds)."""
+        return {s.name: s.for_s for s in self.specs if s.daemon}
+
+    @functools.cached_property
+    def clear_by_alert(self) -> dict[str, float]:
+        """The alerts that stay firing longer than `clear_s` once their condition is false (seconds)."""
+        return {s.name: s.clear_s for s in self.specs if s.clear_s is not None}
+
+    @functools.cached_property
+    def rule_for_evaluations(self) -> dict[str, int]:
+        """The rules' `for` per alert, in evaluations."""
+        return {s.name: s.rule_for_evaluations for s in self.specs}
+
+    def spec(self, alertname: str) -> AlertSpec:
+        return next(s for s in self.specs if s.name == alertname)
 
     def rule_for_s(self, alertname: str) -> float:
         """The `for` of an alert's Prometheus rule, in seconds."""

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from .config import DUMP_ALERTS  # the alerts whose spec says `dumps` (daemon/config.py)
 from .logbudget import LogBudget
 from .model import GpuInfo, ProcInfo, Sample, SourceStatus
 
@@ -28,8 +29,6 @@ __all__ = ["DUMP_ALERTS", "FlightDumps", "VanishWatch"]
 
 log = logging.getLogger("oomwatch.flight")
 
-#: Alerts whose firing writes a flight dump (the memory ones; a stray or a down source needs no curve).
-DUMP_ALERTS = ("GPUOOMImminent", "GPUMemoryLeak", "GPUMemorySpikeRisk")
 MAX_REASON_CHARS = 64  # the reason in a dump's file name (an alert name, "suspected-oom-gpu3")
 MAX_NAME_TRIES = 1000  # dumps of one reason in one millisecond before giving up (never, in practice)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from .analysis.analyzer import Analyzer, GpuState
 from .analysis.findings import SEVERITY_ORDER
+from .config import CARD_ALERTS
 from .words import duration, gib
 
 SHAPE_WORDS = {
@@ -37,11 +38,7 @@ def _episode_words(a: Analyzer, st: GpuState) -> str:
     t0 = a.t0 or 0.0
     out = []
     for e in a.episodes:
-        if e["gpu"] != str(st.info.index) or e["alert"] not in (
-            "GPUMemoryLeak",
-            "GPUOOMImminent",
-            "GPUMemorySpikeRisk",
-        ):
+        if e["gpu"] != str(st.info.index) or e["alert"] not in CARD_ALERTS:
             continue
         what = {
             "GPUMemoryLeak": "a leak was suspected",
@@ -65,8 +62,8 @@ def verdict_sentence(a: Analyzer, st: GpuState) -> str:
     b = st.busy
     if lc.phase == "idle":
         s = "idle now"
-        if b:
-            s += f" (its processes exited; it peaked at {_pct(b['peak'], cap)})"
+        if b is not None:
+            s += f" (its processes exited; it peaked at {_pct(b.peak, cap)})"
     elif lc.phase == "exiting":
         s = f"exiting now: its processes are gone and {_pct(used, cap)} is being given back"
     elif lc.phase == "starting":

@@ -15,7 +15,13 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "oomwatch.json")
-RUNBOOKS = "https://github.com/oomwatch/oomwatch/blob/main/docs/runbooks/"
+sys.path.insert(0, os.path.dirname(HERE))
+
+from daemon.config import RUNBOOK_BASE, SPECS, AnalysisConfig, runbook_url  # noqa: E402
+
+#: Alert names, runbook links and the OOM horizon come from daemon/config.py's alert spec table and config.
+RUNBOOKS = RUNBOOK_BASE
+HORIZON_S = AnalysisConfig().oom_horizon_s
 #: Every query is scoped by the node and instance variables (a cluster's Prometheus holds many nodes).
 SEL = 'node=~"$node",instance=~"$instance"'
 GSEL = SEL + ',gpu=~"$gpu"'
@@ -29,6 +35,18 @@ POD_SEL = 'namespace=~"$namespace",pod=~"$pod"'
 OTHER_PODS = f"(oomwatch_process_info{{{SEL}}} unless oomwatch_process_info{{{SEL},{POD_SEL}}})"
 
 _id = 0
+
+
+def alert(name):
+    """An alert's name as a panel mentions it: one the spec table has."""
+    if name not in SPECS:
+        raise SystemExit(f"grafana/build.py: no alert {name} in daemon/config.py's ALERT_SPECS")
+    return name
+
+
+def _num(x):
+    """A number as JSON writes it (600, not 600.0)."""
+    return int(x) if float(x).is_integer() else x
 
 
 def _next_id():
@@ -104,7 +122,9 @@ def dashboard():
             4,
             unit="s",
             desc="At the current leak rate; infinite when nothing leaks.",
-            defaults=thresholds((None, "red"), (600, "orange"), (3600, "green")),
+            defaults=thresholds(
+                (None, "red"), (_num(HORIZON_S), "orange"), (3600, "green")
+            ),  # inside the horizon: paged
         ),
         panel(
             "stat",
@@ -130,7 +150,7 @@ def dashboard():
             0,
             6,
             4,
-            desc="0 when NVML, an engine or Alertmanager stopped answering (GPUTelemetryDown).",
+            desc=f"0 when NVML, an engine or Alertmanager stopped answering ({alert('GPUTelemetryDown')}).",
             defaults=thresholds((None, "red"), (1, "green")),
         ),
         panel(
@@ -189,7 +209,7 @@ def dashboard():
                 {
                     "matcher": {"id": "byName", "options": "alertname"},
                     "properties": [
-                        {"id": "links", "value": [{"title": "runbook", "url": RUNBOOKS + "${__value.text}.md"}]}
+                        {"id": "links", "value": [{"title": "runbook", "url": runbook_url("${__value.text}")}]}
                     ],
                 }
             ],
@@ -234,7 +254,7 @@ def dashboard():
             12,
             8,
             unit="bytes",
-            desc="stray = orphaned or older than the server (GPUStrayProcess). The namespace and pod "
+            desc=f"stray = orphaned or older than the server ({alert('GPUStrayProcess')}). The namespace and pod "
             "variables hide processes of other pods.",
             defaults={"custom": {"stacking": {"mode": "normal"}, "fillOpacity": 30}},
         ),

@@ -5,10 +5,12 @@
     python deploy/helm/build.py                        # and the Helm chart's copy
     python rules/build.py --check    # exit 1 if the committed rules are stale
 
-The analysis thresholds (OOM horizon, spike margin, imbalance spread, KV-cache ratio) come from
-`AnalysisConfig`, the `for` durations from `AlertTiming.rule_for_s`, HostMemoryLeak's gates from
-`HostMemoryRule`, severities and runbook links from `ALERTS` / `runbook_url`. The output is written as
-text (not yaml.dump) so it reads like a hand-written rule file, with the reasons in its comments.
+The alerts, their order, severities, labels and `for` come from the alert spec table (`ALERT_SPECS`,
+read through `AlertTiming`), the analysis thresholds (OOM horizon, spike margin, imbalance spread,
+KV-cache ratio) from `AnalysisConfig`, HostMemoryLeak's gates from `HostMemoryRule`, runbook links from
+`runbook_url`; only each rule's PromQL and wording live here, keyed by the alert's name (a spec without
+a rule, or a rule without a spec, is refused). The output is written as text (not yaml.dump) so it reads
+like a hand-written rule file, with the reasons in its comments.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "oomwatch.rules.yml")
 sys.path.insert(0, ROOT)
 
-from daemon.config import ALERTS, RULE_ONLY_ALERTS, DaemonConfig, runbook_url  # noqa: E402
+from daemon.config import NODE_LABEL, AlertSpec, DaemonConfig, runbook_url  # noqa: E402
 from daemon.words import duration  # noqa: E402
 
 
@@ -74,20 +76,13 @@ HEADER = """\
 """
 
 
-#: The labels each alert carries besides alertname and severity: the daemon's own (daemon/analysis) plus
-#: `node`. Every rule aggregates `by` exactly these, so `instance`, `job` and whatever else the scrape
-#: attaches are dropped and a rule's copy of an alert is the pushed alert, label for label: Alertmanager
-#: sees one alert, not two (DESIGN.md, Alerts).
-PUSHED_LABELS = {
-    "GPUOOMImminent": "node, gpu, uuid",
-    "GPUMemoryLeak": "node, gpu, uuid",
-    "GPUMemorySpikeRisk": "node, gpu, uuid",
-    "GPUMemoryImbalance": "node, gpu",
-    "GPUStrayProcess": "node, gpu, uuid, pid",
-    "KVCachePressure": "node, url, engine",
-    "GPUTelemetryDown": "node, source",
-    "HostMemoryLeak": "node, pid",
-}
+def pushed_labels(specs: tuple[AlertSpec, ...]) -> dict[str, str]:
+    """The labels each alert the daemon pushes carries besides alertname and severity: its spec's plus
+    `node`. Every rule aggregates `by` exactly these, so `instance`, `job` and whatever else the scrape
+    attaches are dropped and a rule's copy of an alert is the pushed alert, label for label: Alertmanager
+    sees one alert, not two (DESIGN.md, Alerts)."""
+    return {s.name: ", ".join((NODE_LABEL, *s.labels)) for s in specs if s.daemon}
+
 
 #: OomwatchDown's selector: any scrape job whose name says oomwatch (Helm chart, kube-prometheus' service
 #: monitors `namespace/name/0`, the compose file's `oomwatch`).
@@ -98,7 +93,8 @@ def alerts(cfg: DaemonConfig) -> list[tuple[str, str, str, str, str]]:
     """(alertname, expr, summary, description, comment) for each alert, thresholds from the config."""
     a, hm = cfg.analysis, cfg.host_memory_rule
     f = cfg.alerts.rule_for_s
-    by = {name: f"by ({labels})" for name, labels in PUSHED_LABELS.items()}
+    pushed = pushed_labels(cfg.alerts.specs)
+    by = {name: f"by ({labels})" for name, labels in pushed.items()}
     spike = f"max {by['GPUMemorySpikeRisk']} (oomwatch_gpu_memory_spike_height_bytes)"
     kv = by["KVCachePressure"]
     ratio = "gpu:oomwatch_gpu_memory_used:ratio"
@@ -155,7 +151,7 @@ def alerts(cfg: DaemonConfig) -> list[tuple[str, str, str, str, str]]:
         (
             "KVCachePressure",
             f"max {kv} (oomwatch_engine_kv_cache_usage_ratio) > {_num(a.kv_pressure_ratio)}\n"
-            f"and on ({PUSHED_LABELS['KVCachePressure']}) max {kv} (oomwatch_engine_requests_waiting) > 0",
+            f"and on ({pushed['KVCachePressure']}) max {kv} (oomwatch_engine_requests_waiting) > 0",
             "KV cache of {{ $labels.url }} on {{ $labels.node }} is {{ $value | humanizePercentage }} full with "
             "requests waiting",
             "The engine at {{ $labels.url }} (engine {{ $labels.engine }}) has its KV cache\n"
@@ -229,13 +225,11 @@ def _block(text: str, indent: str) -> str:
 def build(cfg: DaemonConfig | None = None) -> str:
     cfg = cfg or DaemonConfig()
     tm = cfg.alerts
-    rules = alerts(cfg)
-    names = [r[0] for r in rules]
-    known = {**ALERTS, **RULE_ONLY_ALERTS}
-    if set(names) != set(known):
-        raise SystemExit(f"rules/build.py: rules for {sorted(names)} but the config has {sorted(known)}")
-    if set(PUSHED_LABELS) != set(ALERTS):
-        raise SystemExit("rules/build.py: PUSHED_LABELS must name the labels of every alert the daemon pushes")
+    text = {r[0]: r for r in alerts(cfg)}
+    names = [spec.name for spec in tm.specs]  # the table's order
+    if set(names) != set(text):
+        raise SystemExit(f"rules/build.py: rules for {sorted(text)} but the spec table has {sorted(names)}")
+    rules = [text[n] for n in names]
     table = "\n".join(
         f"#   {n:<20} daemon {tm.for_s.get(n, 0.0):g} s, rule {tm.rule_for_evaluations[n]} x "
         f"{prom_duration(tm.rule_eval_interval_s)} = {prom_duration(tm.rule_for_s(n))}"
@@ -263,7 +257,7 @@ def build(cfg: DaemonConfig | None = None) -> str:
         else:
             out.append(f"        expr: {expr}\n")
         out.append(f"        for: {prom_duration(tm.rule_for_s(name))}\n")
-        out.append(f"        labels:\n          severity: {known[name][0]}\n")
+        out.append(f"        labels:\n          severity: {tm.spec(name).severity}\n")
         out.append("        annotations:\n")
         out.append(f'          summary: "{summary}"\n')
         out.append("          description: >-\n" + _block(desc, " " * 12) + "\n")

@@ -1,3 +1,4 @@
+import logging
 import os
 import shutil
 import socket
@@ -85,3 +86,28 @@ def need_binary(name: str) -> str:
             pytest.fail(f"{name} is not installed; .ci/run installs it")
         pytest.skip(f"{name} not installed (apt-get install {APT_PACKAGES.get(name, name)})")
     return p
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def _no_detector_raises(request):
+    """The analysis isolates its detectors: one that raises is counted, logged and alerted on, and the others
+    go on (daemon/analysis/detectors.py). In tests a raise is a bug, so it fails the test that caused it
+    (in this process) unless the test is marked `analysis_errors`."""
+    h = _Records()
+    logger = logging.getLogger("oomwatch.analysis")
+    logger.addHandler(h)
+    try:
+        yield
+    finally:
+        logger.removeHandler(h)
+    if h.records and request.node.get_closest_marker("analysis_errors") is None:
+        pytest.fail("a detector raised: " + "; ".join(r.getMessage() for r in h.records[:3]), pytrace=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
-from ..config import ALERTS, AlertTiming, runbook_url
+from ..config import SPECS, AlertTiming, runbook_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ class Alert:
 
     @property
     def severity(self) -> str:
-        return ALERTS[self.alertname][0]
+        return SPECS[self.alertname].severity
 
     def all_labels(self) -> dict[str, str]:
         d = {"alertname": self.alertname, "severity": self.severity}

@@ -348,3 +348,19 @@ def no_headroom(gpu: str, v: CurveVerdict, capacity: float, t: float) -> Finding
         "(OOMWATCH_PROBE_DIR) sees live tensors. For more room lower --gpu-memory-utilization."
     )
     return Finding("no_headroom", gpu, None, summary, ev, advice, "info", t)
+
+
+def analysis_error(detector: str, error: str, gpus: Collection[str], count: int, t: float) -> tuple[Finding, Condition]:
+    """A detector of the analysis raised: what it watches is unwatched until it stops (GPUTelemetryDown)."""
+    where = f" on GPU {', '.join(sorted(gpus))}" if gpus else ""
+    summary = f"the analysis' {detector} detector failed{where}: {error}"
+    ev = {"detector": detector, "error": error, "gpus": sorted(gpus), "errors_total": count}
+    advice = (
+        "oomwatch cannot judge what this detector watches while it fails; the other detectors go on. The "
+        "daemon's log names the exception once per detector: report it with the trace "
+        "(`oomwatch record`, or a flight dump) so it can be replayed."
+    )
+    f = Finding("analysis_error", None, None, summary, ev, advice, "critical", t)
+    source = f"analysis:{detector}"
+    c = Condition("GPUTelemetryDown", (("source", source),), f"oomwatch's {detector} analysis failed", summary + ".")
+    return f, c

@@ -1,0 +1,371 @@
+"""The analysis core as detectors behind one interface.
+
+Each detector looks at one evaluation's `Context` (who holds what, the roles, the cards' states, engines,
+sources) and returns its `Detection`s: a finding together with the alert condition it raises (or None for a
+finding that is shown, never paged). A per-card detector runs once per card, with `ctx.card` set; the
+others once per evaluation. `Analyzer.evaluate` runs each one inside its own guard, so one that raises is
+counted, logged and alerted on (GPUTelemetryDown, source `analysis:<name>`) while the others go on.
+
+Order is part of the contract: per card the curve, then its strays; then visibility (PIDs, MIG),
+imbalance, KV pressure, telemetry, host RAM. The alert book and the summary see findings in that order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
+
+from . import findings
+from .alerts import Condition
+from .cards import BusyPeriod, GpuState
+from .curve import CurveVerdict
+from .imbalance import CardLoad, find_imbalance
+from .mig import mig_findings
+from .processes import ProcRole, card_group
+
+if TYPE_CHECKING:
+    from ..config import AnalysisConfig
+    from ..model import EngineSnapshot, ProcInfo, SourceStatus
+    from .allocator import AllocBook
+    from .hostmem import HostMemJudge
+
+__all__ = [
+    "CardCurve",
+    "Context",
+    "Detection",
+    "Detector",
+    "HostRam",
+    "Imbalance",
+    "KvPressure",
+    "Strays",
+    "TelemetryDown",
+    "Visibility",
+    "default_detectors",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """One finding and the condition it raises, together.
+
+    `keep_as`: a finding without an alert that is still kept among those that fired (the summary tells it),
+    under this kind (its own; a card's growth finding keeps one place whichever kind it is now)."""
+
+    finding: findings.Finding
+    condition: Condition | None = None
+    keep_as: str | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What one evaluation's detectors read: the cards' states and who holds what on them."""
+
+    now: float
+    cfg: AnalysisConfig
+    gpus: dict[int, GpuState]
+    procs: dict[int, ProcInfo]
+    roles: dict[int, ProcRole]
+    holders: dict[int, float]  # pid -> bytes held over all cards
+    engines: list[EngineSnapshot]
+    sources: dict[str, SourceStatus]
+    alloc: AllocBook
+    hostmem: HostMemJudge
+    budget_fraction: float | None  # the engine's gpu_memory_utilization (or the configured default)
+    engine_up_since: float | None
+    warming: bool  # an engine is expected and has not answered yet (the curve holds its start)
+    card: GpuState | None = None  # the card a per-card detector judges
+
+    def on(self, card: GpuState) -> Context:
+        """This context for one card's detectors."""
+        return replace(self, card=card)
+
+    @property
+    def st(self) -> GpuState:
+        if self.card is None:
+            raise TypeError("a per-card detector ran without a card")
+        return self.card
+
+
+class Detector(Protocol):
+    """`run` returns this evaluation's detections; it may update the card state it was given."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def per_card(self) -> bool: ...
+
+    def run(self, ctx: Context) -> list[Detection]: ...
+
+
+# ---- one card's memory curve ---------------------------------------------------------------------
+def _forecast(v: CurveVerdict, b: BusyPeriod, used: float, cap: float, now: float, top_share: float) -> CurveVerdict:
+    """The verdict with the ETA of the card's upper envelope at the rate of the leak confirmed in this busy
+    period (the verdict's own while it has one).
+
+    Below the top, the envelope is the reading, or the floor plus the tallest recent transient. At the top
+    (the floor at `top_share` of the card) NVML stops moving: the allocator frees its cache and retries, so
+    the leak goes on out of sight, eating what was free when the card filled plus the cache (which holds
+    freed activations: at most the tallest transient this server served). The ETA counts that down at the
+    leak's rate from when the card filled; a 30 MB/h leak at the top is hours away, a 60 MB/s one seconds."""
+    rate = v.leak_bytes_per_second if v.leak else float(b.rate)
+    if rate <= 0:
+        return replace(v, eta_seconds=None)
+    if v.floor_bytes >= top_share * cap:
+        if b.full_t is None:
+            b.full_t = now
+            b.full_free = max(0.0, cap - used)
+        left = float(b.tallest) + b.full_free - rate * (now - b.full_t)
+        return replace(v, eta_seconds=max(0.0, left) / rate, leak_bytes_per_second=rate)
+    b.full_t = None
+    top = max(used, v.floor_bytes + v.spike_height_bytes)
+    return replace(v, eta_seconds=max(0.0, cap - top) / rate, leak_bytes_per_second=rate)
+
+
+def _track(
+    st: GpuState, v: CurveVerdict, prev: str, phase: str, used: float, cap: float, now: float, cfg: AnalysisConfig
+) -> list[Detection]:
+    """Keep what the summary tells of the current (or last) busy period; the finished-start finding and
+    the growth and headroom findings of a serving card."""
+    b = st.busy
+    if phase == "starting" and (prev != "starting" or b is None):
+        b = st.busy = BusyPeriod(since=now, last=now)
+    if b is None:
+        return []
+    if phase in ("starting", "serving"):
+        b.last = now
+        b.shape_time[v.shape] = b.shape_time.get(v.shape, 0.0) + cfg.eval_interval_s
+        b.peak = max(b.peak, v.peak_bytes)
+        if phase == "serving":
+            b.tallest = max(b.tallest, v.spike_height_bytes)
+        b.growth, b.no_headroom = v.growth or b.growth, v.no_headroom
+        if phase == "starting":
+            b.start_peak = max(b.start_peak, used)
+    if v.leak:
+        st.ever_leak, st.last_leak_verdict, st.last_leak_t = True, v, now
+        b.leak = True
+        b.leak_shape_time[v.shape] = b.leak_shape_time.get(v.shape, 0.0) + cfg.eval_interval_s
+        b.rate, b.eta = v.leak_bytes_per_second, v.eta_seconds
+    gpu = str(st.info.index)
+    out: list[Detection] = []
+    if (
+        prev == "starting"
+        and phase in ("exiting", "idle")
+        and not b.leak
+        and b.start_peak >= cfg.no_headroom_fraction * cap
+    ):
+        f = findings.start_does_not_fit(gpu, st.info.uuid, st.lc, b.start_peak, cap, st.info.total_bytes, now)
+        out.append(Detection(f, keep_as=f.kind))
+    if phase != "serving" or v.leak:
+        return out
+    if st.shown is not None and st.shown[0] is v:  # the same verdict as last time: the same findings
+        return out + [Detection(f) for f in st.shown[1]]
+    shown = []
+    if v.growth:
+        f = findings.growth(gpu, v, cap, now)
+        out.append(Detection(f, keep_as="growth"))
+        shown.append(f)
+    if v.no_headroom:
+        f = findings.no_headroom(gpu, v, cap, now)
+        out.append(Detection(f, keep_as=f.kind))
+        shown.append(f)
+    st.shown = (v, shown)
+    return out
+
+
+class CardCurve:
+    """Leak, OOM page and spike risk from one card's curve: its lifecycle, the curve judge (curve.py), the
+    allocator probe's say, and the confirmations that make a warning or a page wait a share of its ETA."""
+
+    name = "curve"
+    per_card = True
+
+    def run(self, ctx: Context) -> list[Detection]:
+        st, cfg, now = ctx.st, ctx.cfg, ctx.now
+        out: list[Detection] = []
+        gpu, uuid, name = str(st.info.index), st.info.uuid, st.info.name
+        cap = st.capacity_bytes
+        util = ctx.budget_fraction
+        st.budget_bytes = util * st.info.total_bytes if util else None
+        used = st.used_now
+        lo = st.quiet_lo if st.quiet_lo != float("inf") else used
+        moved = st.quiet_hi - lo if st.quiet_hi != float("-inf") else 0.0
+        st.quiet_lo, st.quiet_hi = float("inf"), float("-inf")
+        procs_here = st.sample.procs if st.sample else ()
+        pids = frozenset(pid for pid, b in procs_here if b is None or b > 0)
+        prev_phase = st.lc.phase
+        phase = st.lc.update(now, lo, used, pids, ctx.procs, ctx.engine_up_since, cap, cfg)
+        if phase == "starting" and st.lc.kind is None:
+            st.lc.refresh_kind(pids, ctx.procs)
+        v = st.judge.judge(now, st.history, st.lc, cap, st.info.total_bytes, ctx.warming, moved)
+        # The allocator probe's say (live tensors vs cache); it may withdraw a curve leak that is cache.
+        v, by_alloc = ctx.alloc.judge_card(gpu, uuid, name, v, cap, st.sample.used_bytes if st.sample else None, now)
+        for f, c in by_alloc:  # no alert (cache_growth): a finding that holds
+            out.append(Detection(f, c) if c is not None else Detection(f, keep_as=f.kind))
+        st.verdict = v
+        out += _track(st, v, prev_phase, phase, used, cap, now, cfg)
+        # Confirmation scales with urgency: wait a share of the ETA (bounded) before warning or paging,
+        # so a cycle's ramp that will be given back, or a step that stops, resolves before it fires.
+        page = False
+        if v.leak and v.urgent and v.eta_seconds is not None:
+            if st.oom_since is None:
+                st.oom_since = now
+            st.oom_last = now
+            wait = (
+                v.confirm_s if v.confirm_s is not None else min(cfg.oom_for_max_s, cfg.oom_for_fraction * v.eta_seconds)
+            )
+            page = now - st.oom_since >= wait
+        elif st.oom_since is not None and now - st.oom_last > cfg.confirm_gap_s:
+            st.oom_since = None  # one odd evaluation does not restart the confirmation
+        b = st.busy
+        if v.leak:
+            if st.leak_since is None:
+                st.leak_since = now
+            eta = v.eta_seconds if v.eta_seconds is not None else float("inf")
+            wait = min(cfg.leak_for_max_s, max(cfg.leak_for_min_s, cfg.leak_for_fraction * eta))
+            if page or now - st.leak_since >= wait:
+                f, c = findings.leak(gpu, uuid, name, v, cap, st.info.total_bytes, now)
+                out.append(Detection(f, c))
+                if b is not None:
+                    b.leak_confirmed = True
+        else:
+            st.leak_since = None
+        pv = v
+        if (
+            not page
+            and phase == "serving"
+            and b is not None
+            and b.leak_confirmed
+            and (v.floor_bytes >= cfg.no_headroom_fraction * cap or (v.leak and b.paging))
+        ):
+            # The forecast from the leak this busy period confirmed, once it has filled the card or while it
+            # is paged (hysteresis: twice the horizon; below the top the curve's own urgency, seasonality
+            # included, decides the first page): at its last rate, is the card full within the horizon? A
+            # leak that filled the card leaves only the allocator's cache, which runs out at a moment NVML
+            # cannot see, so the last known rate is the forecast; a slow leak near the top (30 MB/h) is hours
+            # away.
+            pv = _forecast(v, b, used, cap, now, cfg.no_headroom_fraction)
+            eta = pv.eta_seconds
+            limit = cfg.oom_horizon_s * (cfg.oom_bound_factor if b.paging else 1.0)
+            # the page lands with the horizon still ahead: the same allowance as `CardJudge._urgent`
+            allowance = min(cfg.oom_for_max_s, cfg.oom_for_fraction * eta) if eta is not None else 0.0
+            page = eta is not None and eta <= limit + allowance + cfg.oom_lead_margin_s
+        if b is not None:
+            b.paging = page
+        if page:
+            f, c = findings.oom_imminent(gpu, uuid, name, pv, cap, cfg.oom_horizon_s, now)
+            out.append(Detection(f, c))
+        if v.spike_risk:
+            f, c = findings.spike_risk(gpu, uuid, name, v, cap, cfg.spike_margin, now)
+            out.append(Detection(f, c))
+        return out
+
+
+class Strays:
+    """Processes holding memory on a card outside the served process tree (GPUStrayProcess)."""
+
+    name = "strays"
+    per_card = True
+
+    def run(self, ctx: Context) -> list[Detection]:
+        st = ctx.st
+        out = []
+        for pid, held in st.sample.procs if st.sample else ():
+            r = ctx.roles.get(pid)
+            if r is not None and r.role == "stray":
+                f, c = findings.stray(str(st.info.index), st.info.uuid, pid, ctx.procs.get(pid), held, r.why, ctx.now)
+                out.append(Detection(f, c))
+        return out
+
+
+# ---- across cards and beside them ----------------------------------------------------------------
+class Visibility:
+    """What the watch cannot see: PIDs of another namespace, MIG instances NVML does not open (info)."""
+
+    name = "visibility"
+    per_card = False
+
+    def run(self, ctx: Context) -> list[Detection]:
+        out = []
+        invisible = [pid for pid in ctx.holders if pid in ctx.procs and not ctx.procs[pid].visible]
+        if invisible:
+            out.append(Detection(findings.pids_invisible(invisible, ctx.now), keep_as="pids_invisible"))
+        for f in mig_findings(ctx.gpus.values(), ctx.now):  # MIG on, instances unreadable: the watch is coarse
+            out.append(Detection(f, keep_as="mig_unreadable"))
+        return out
+
+
+class Imbalance:
+    """Cards of one server that differ, or one card idle beside a full one (GPUMemoryImbalance)."""
+
+    name = "imbalance"
+    per_card = False
+
+    def run(self, ctx: Context) -> list[Detection]:
+        cfg, now = ctx.cfg, ctx.now
+        loads = []
+        for idx, st in ctx.gpus.items():
+            used, cap, phase = st.used_now, st.capacity_bytes, st.lc.phase
+            procs_here = st.sample.procs if st.sample else ()
+            group = card_group(procs_here, ctx.roles) if any(pid in ctx.roles for pid, _ in procs_here) else None
+            # A card whose process just exited is neither idle beside a full one nor a spread: it is leaving.
+            just_left = phase == "exiting" or (
+                phase == "idle" and st.lc.idle_since is not None and now - st.lc.idle_since < cfg.idle_card_min_s
+            )
+            if not just_left:
+                idle = phase == "idle" or used < cfg.idle_fraction * cap  # a bare CUDA context is idle
+                loads.append(CardLoad(str(idx), used, cap, group, idle, st.verdict.leak))
+        return [
+            Detection(*findings.imbalance(imb, now))
+            for imb in find_imbalance(loads, cfg.imbalance_fraction, cfg.busy_fraction)
+        ]
+
+
+class KvPressure:
+    """An engine's KV cache nearly full while requests wait or are swapped (KVCachePressure)."""
+
+    name = "kv_pressure"
+    per_card = False
+
+    def run(self, ctx: Context) -> list[Detection]:
+        out = []
+        ratio = ctx.cfg.kv_pressure_ratio
+        for e in ctx.engines:
+            for snap in e.engines or (e,):
+                kv = snap.kv_cache_usage_ratio
+                if (
+                    snap.up
+                    and kv is not None
+                    and kv >= ratio
+                    and ((snap.requests_waiting or 0) > 0 or (snap.requests_swapped or 0) > 0)
+                ):
+                    out.append(Detection(*findings.kv_pressure(snap, ratio, ctx.now)))
+        return out
+
+
+class TelemetryDown:
+    """A source that stopped answering (GPUTelemetryDown)."""
+
+    name = "telemetry"
+    per_card = False
+
+    def run(self, ctx: Context) -> list[Detection]:
+        return [
+            Detection(*findings.telemetry_down(name, s.error, ctx.now)) for name, s in ctx.sources.items() if not s.up
+        ]
+
+
+class HostRam:
+    """A server process's resident host memory growing while GPU memory is flat (HostMemoryLeak)."""
+
+    name = "host_ram"
+    per_card = False
+
+    def run(self, ctx: Context) -> list[Detection]:
+        gpu_flat = not any(s.verdict.leak for s in ctx.gpus.values())
+        return [Detection(f, c) for f, c in ctx.hostmem.judge(ctx.now, ctx.roles, ctx.procs, gpu_flat)]
+
+
+def default_detectors() -> list[Detector]:
+    """Every detector, in the order their findings are told."""
+    return [CardCurve(), Strays(), Visibility(), Imbalance(), KvPressure(), TelemetryDown(), HostRam()]
