@@ -355,8 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
         "record",
         help="write a trace from live NVML",
         formatter_class=raw,
-        description="Sample NVML every --interval and write gpu-memory-trace/1 to -o (replay it "
-        "later with\n`oomwatch replay`, `diagnose --replay` or `run --replay`).",
+        description="Sample NVML every --interval and write gpu-memory-trace/1 to -o, with the GPU "
+        "holders' process tree,\ntheir resident memory and allocator-probe readings, as `run --record` "
+        "writes them (replay it later\nwith `oomwatch replay`, `diagnose --replay` or `run --replay`).",
         epilog="Example:\n  oomwatch record -o incident.jsonl --duration 600",
     )
     rc.add_argument(
