@@ -17,11 +17,14 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__, wiring
 from .config import MAX_INTERVAL_S, MIN_INTERVAL_S, DaemonConfig
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .sampler import Sampler
 
 __all__ = ["StateKeeper", "check", "on_signals", "run", "writable_dir"]
 
@@ -92,7 +95,7 @@ def writable_dir(flag: str, folder: str) -> None:
         raise UsageError(f"{flag} {folder}: cannot write there: {getattr(e, 'strerror', None) or e}") from None
 
 
-def _serve(cfg: DaemonConfig, sampler: Any) -> tuple[Any, Any]:
+def _serve(cfg: DaemonConfig, sampler: Sampler) -> tuple[Any, Any]:
     from exporters.metrics import serve
     from exporters.status import routes as status_routes
 
@@ -173,7 +176,7 @@ def _nothing_to_save() -> None:
 class StateKeeper:
     """`--state-dir`: restore the analysis history at start, save it every minute and at the end."""
 
-    def __init__(self, state_dir: str, sampler: Any, every_s: float = 60.0) -> None:
+    def __init__(self, state_dir: str, sampler: Sampler, every_s: float = 60.0) -> None:
         from . import state
 
         self.state, self.dir, self.sampler, self.every = state, state_dir, sampler, every_s
