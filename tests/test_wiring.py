@@ -136,3 +136,15 @@ def test_sources_satisfy_the_protocol():
     from exporters.plot import Recorder
 
     assert isinstance(PlotTap(Recorder()), SampleTap)
+
+
+def test_the_snapshot_reads_the_analysis_without_fallbacks():
+    """daemon/snapshot.py reads the Analyzer through its typed public attributes: a renamed field fails mypy
+    (tests/test_tooling.py) instead of exporting an empty value through a `getattr` default."""
+    import inspect
+
+    from daemon import snapshot
+
+    src = inspect.getsource(snapshot)
+    assert "getattr(" not in src and "hasattr(" not in src
+    assert "def build(\n    analyzer: Analyzer," in src
