@@ -1,13 +1,17 @@
 """`oomwatch`: the command line (parsing and dispatch). Bad input is one line on stderr and exit 2, never a
 traceback; the errors a user can see are drawn in `daemon.errors`.
 
-    oomwatch run        the daemon: sample, analyse, serve /metrics, push alerts (wiring in `daemon.run`)
-    oomwatch replay     the whole analysis over a trace, as fast as it goes
-    oomwatch diagnose   a one-shot plain-language report (live or over a trace)
-    oomwatch record     write a gpu-memory-trace/1 from live NVML
-    oomwatch engines    show what oomwatch reads from engine endpoints
-    oomwatch examples   list the bundled real traces (`example:NAME` wherever a TRACE is read)
-    oomwatch backtest   the same analysis over a fleet's Prometheus history (`daemon.backtest`)
+    oomwatch run        the daemon: sample, analyse, serve /metrics, push alerts    daemon/commands/run.py
+    oomwatch replay     the whole analysis over a trace, as fast as it goes         daemon/commands/replay.py
+    oomwatch diagnose   a one-shot plain-language report (live or over a trace)     daemon/commands/diagnose.py
+    oomwatch record     write a gpu-memory-trace/1 from live NVML                   daemon/commands/record.py
+    oomwatch engines    show what oomwatch reads from engine endpoints              daemon/commands/engines.py
+    oomwatch examples   list the bundled real traces (`example:NAME` for a TRACE)   daemon/commands/examples.py
+    oomwatch backtest   the analysis over a fleet's Prometheus history              daemon/backtest/command.py
+
+This module only parses and dispatches: every flag is defined in `build_parser` (the `run` flags in one
+block, each with `run_flag`), and the daemon's defaults come from `DaemonConfig` (daemon/config.py), never
+from here. The daemon is built from its config in daemon/wiring.py.
 
 Every `run` flag can also be set as `OOMWATCH_<FLAG>`. The environment is read after parsing, never while
 the parser is built (so a bad variable cannot break `--help`), and each value goes through the very check
@@ -22,58 +26,52 @@ pin_blas_threads()  # before anything below loads numpy (daemon/threads.py says 
 
 import argparse
 import contextlib
-import json
+import dataclasses
+import importlib
 import logging
 import math
 import os
 import re
 import sys
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from . import __version__, bundled
-from .config import DEFAULT_LISTEN, MAX_INTERVAL_S, MAX_SECONDS, MIN_INTERVAL_S
+from . import __version__
+from .config import DEFAULT_LISTEN, MAX_INTERVAL_S, MAX_SECONDS, MIN_INTERVAL_S, DaemonConfig
 from .errors import OomwatchError, UsageError
+from .errors import one_line as _one_line
+from .errors import show as _show
 
 __all__ = [
     "COMMANDS",
     "ENV_PREFIX",
+    "RUN_DEFAULTS",
     "UsageError",
     "apply_env",
     "build_parser",
-    "cmd_backtest",
-    "cmd_diagnose",
-    "cmd_engines",
-    "cmd_examples",
-    "cmd_record",
-    "cmd_replay",
-    "cmd_run",
     "env_name",
     "main",
     "subcommands",
 ]
 
 ENV_PREFIX = "OOMWATCH_"
-#: `run`'s flags without a value on the command line or in the environment (their dest -> default; a flag
-#: not named here defaults to off, an empty list or None).
-RUN_DEFAULTS: dict[str, object] = {
-    "listen": DEFAULT_LISTEN,
-    "interval": 0.1,
-    "engine_url": [],
-    "alertmanager_url": [],
-    "record": None,
-    "replay": None,
-    "speed": 1.0,
-    "loop": False,
-    "server_pid": None,
-    "server_cmdline": None,
-    "flight_dir": None,
-    "state_dir": None,
-    "external_url": None,
-    "duration": None,
-    "no_engine_discovery": False,
-}
+
+
+def _run_defaults() -> dict[str, object]:
+    """`run`'s flags without a value on the command line or in the environment: DaemonConfig's defaults
+    (the one source), by field name (a tuple as a list); `--no-engine-discovery` is `engine_discovery`
+    negated and `--duration` is no config. A flag not named here defaults to off, an empty list or None."""
+    out: dict[str, object] = {
+        f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+        for f in dataclasses.fields(DaemonConfig)
+        if f.init and f.default is not dataclasses.MISSING
+    }
+    out["no_engine_discovery"] = not out.pop("engine_discovery")
+    out["duration"] = None
+    return out
+
+
+RUN_DEFAULTS = _run_defaults()
 PID_MAX = 4194304  # Linux's PID_MAX_LIMIT: no process ID is larger
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -174,30 +172,20 @@ def _engine_url(v: str) -> str:
     return v
 
 
-def _path(v: str) -> str:
-    if not v:
-        raise argparse.ArgumentTypeError("must not be empty")
-    return v
-
-
 def _auth_user(v: str) -> str:
     if not v or ":" in v or not v.isprintable():
         raise argparse.ArgumentTypeError(f"not a basic auth user name (printable, no ':'): {_show(v)}")
     return v
 
 
-def _show(v: object, limit: int = 80) -> str:
-    """A user's value in a message: quoted, escaped to one line, cut when long."""
-    r = repr(v)
-    return r if len(r) <= limit else r[: limit - 4] + "...'"
-
-
-def _one_line(msg: str) -> str:
-    """Escape whatever would break a message onto several lines (argparse echoes raw arguments)."""
-    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in msg)
+def _path(v: str) -> str:
+    if not v:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return v
 
 
 # ---- the parser ---------------------------------------------------------------------------------------
+RECORD_INTERVAL_S = 0.05  # `record`'s own period: the 20 Hz of the bundled traces (the daemon samples at 10 Hz)
 TRACE_HELP = "a gpu-memory-trace/1 file, or example:NAME for a bundled one (see `oomwatch examples`)"
 
 
@@ -247,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval",
         type=_interval,
         metavar="SECONDS",
-        help=f"NVML sample period (default 0.1; from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:.0f})",
+        help=f"NVML sample period (default {DaemonConfig.interval:g}; from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:.0f})",
     )
     run_flag(
         "--engine-url",
@@ -305,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="URL of this oomwatch as others reach it (generatorURL of pushed alerts)",
     )
+    run_flag(
+        "--duration",
+        type=_seconds,
+        metavar="SECONDS",
+        help="stop after this many seconds (default: run until SIGTERM or Ctrl-C)",
+    )
     # Credentials from files (never as values: those show in `ps`), checked at start (daemon/credentials.py),
     # and TLS and basic auth for oomwatch's own endpoints (exporters/webconfig.py); see docs/security.md.
     for kind, whom in (("alertmanager", "each --alertmanager-url"), ("engine", "each --engine-url")):
@@ -338,12 +332,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TLS and basic auth for /metrics, the status page and /api (Prometheus exporter-toolkit web "
         "config; re-read on SIGHUP)",
-    )
-    run_flag(
-        "--duration",
-        type=_seconds,
-        metavar="SECONDS",
-        help="stop after this many seconds (default: run until SIGTERM or Ctrl-C)",
     )
 
     rp = sub.add_parser(
@@ -389,7 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
         "cache and budget sharpen the verdict",
     )
     d.add_argument(
-        "--interval", type=_interval, default=0.1, metavar="SECONDS", help="live NVML sample period (default 0.1)"
+        "--interval",
+        type=_interval,
+        default=DaemonConfig.interval,
+        metavar="SECONDS",
+        help=f"live NVML sample period (default {DaemonConfig.interval:g})",
     )
     d.add_argument(
         "--no-engine-discovery",
@@ -403,8 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
         "record",
         help="write a trace from live NVML",
         formatter_class=raw,
-        description="Sample NVML every --interval and write gpu-memory-trace/1 to -o (replay it "
-        "later with\n`oomwatch replay`, `diagnose --replay` or `run --replay`).",
+        description="Sample NVML every --interval and write gpu-memory-trace/1 to -o, with the GPU "
+        "holders' process tree,\ntheir resident memory and allocator-probe readings, as `run --record` "
+        "writes them (replay it later\nwith `oomwatch replay`, `diagnose --replay` or `run --replay`).",
         epilog="Example:\n  oomwatch record -o incident.jsonl --duration 600",
     )
     rc.add_argument(
@@ -425,9 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument(
         "--interval",
         type=_interval,
-        default=0.05,
+        default=RECORD_INTERVAL_S,
         metavar="SECONDS",
-        help="sample period (default 0.05, the 20 Hz of the bundled traces)",
+        help=f"sample period (default {RECORD_INTERVAL_S:g}, the 20 Hz of the bundled traces)",
     )
 
     e = sub.add_parser(
@@ -516,304 +509,33 @@ def apply_env(
     return args
 
 
-# ---- commands besides `run` -----------------------------------------------------------------------------
-def _open_source(args: argparse.Namespace) -> Any:
-    if getattr(args, "replay", None):
-        from .sources.replay import ReplaySource
+# ---- dispatch ---------------------------------------------------------------------------------------
+def _command(module: str) -> Callable[[argparse.Namespace], int]:
+    """A subcommand's `main`, imported when it runs (so `--help` and a bad flag load none of them)."""
 
-        return ReplaySource(args.replay, getattr(args, "speed", 1.0), getattr(args, "loop", False))
-    from .sources.nvml import NvmlSource
+    def cmd(args: argparse.Namespace) -> int:
+        main: Callable[[argparse.Namespace], int] = importlib.import_module(f"daemon.commands.{module}").main
+        return main(args)
 
-    src = NvmlSource()
-    src.open()
-    return src
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    from .feed import replay_trace
-    from .report import render
-
-    out = sys.stdout
-    rec_plot = _plot_recorder(args)
-
-    def show(tr: Any) -> None:
-        al = tr.alert
-        if args.json:
-            out.write(
-                json.dumps(
-                    {
-                        "t": round(tr.t, 3),
-                        "alert": al.alertname,
-                        "state": tr.state,
-                        "labels": al.all_labels(),
-                        "summary": al.summary,
-                        "eta_seconds": None if al.eta_seconds is None else round(al.eta_seconds, 1),
-                    }
-                )
-                + "\n"
-            )
-        else:
-            out.write(f"{tr.t:9.2f}s  {tr.state.upper():8s} {al.alertname:20s} {al.summary}\n")
-
-    res = replay_trace(args.trace, show, rec_plot.add if rec_plot else None)  # TraceError: one line, exit 2
-    a, summary = res.analyzer, res.summary
-    _draw(args, a, rec_plot)
-    if args.json:
-        out.write(json.dumps({"summary": summary}) + "\n")
-    else:
-        out.write(f"\n{summary['samples']} samples over {summary['seconds']:.1f} s\n")
-        out.write(render(a, summary) + "\n")
-    return 0
+    cmd.__name__ = cmd.__qualname__ = f"oomwatch_{module}"
+    return cmd
 
 
-def _plot_recorder(args: argparse.Namespace) -> Any:
-    """Check --plot up front (matplotlib present, file writable) so a long run does not fail at its end."""
-    if getattr(args, "plot", None) is None:
-        return None
-    from exporters.plot import Recorder
-
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'oomwatch[plot]'") from None
-    d = os.path.dirname(os.path.abspath(args.plot)) if args.plot else ""
-    if not args.plot or os.path.isdir(args.plot) or not os.path.isdir(d) or not os.access(d, os.W_OK):
-        raise UsageError(f"cannot write {_show(args.plot)}: not a file name in a writable folder")
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    ext = os.path.splitext(args.plot)[1][1:].lower()
-    kinds = FigureCanvasBase.get_supported_filetypes()
-    if ext and ext not in kinds:
-        raise UsageError(
-            f"cannot draw {_show(args.plot)}: not an image type matplotlib writes ({', '.join(sorted(kinds))})"
-        )
-    return Recorder()
-
-
-def _draw(args: argparse.Namespace, a: Any, rec_plot: Any) -> None:
-    if rec_plot is None:
-        return
-    from exporters.plot import plot
-
-    try:
-        plot(args.plot, a, rec_plot, a.transitions)
-    except (OSError, ValueError) as e:  # an unknown image format, a full disk
-        raise UsageError(f"cannot write {_show(args.plot)}: {_one_line(str(e))}") from None
-    print(f"chart written to {args.plot}", file=sys.stderr)
-
-
-class _PlotTap:
-    """A sink for the sampler that hands each sample to the --plot recorder (and is always up)."""
-
-    name = "plot"
-
-    def __init__(self, rec_plot: Any) -> None:
-        from .model import SourceStatus
-
-        self._rec = rec_plot
-        self.status = SourceStatus("plot", True)
-
-    def sample(self, s: Any) -> None:
-        self._rec.add(s)
-
-    def proc(self, t: float, p: Any) -> None:
-        pass
-
-    def rss(self, r: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _watch_live(args: argparse.Namespace, src: Any, engines: list[Any], rec_plot: Any) -> Any:
-    """Watch live for --duration with the daemon's own sampler (NVML, processes, engines and their
-    discovery, allocator probes), without serving anything; returns its analysis, evaluated now."""
-    import dataclasses
-
-    from .config import DaemonConfig
-    from .sampler import Sampler
-    from .sources.processes import ProcessScanner
-
-    cfg = dataclasses.replace(
-        DaemonConfig(),
-        interval=args.interval,
-        engine_url=tuple(args.engine_url),
-        engine_discovery=not getattr(args, "no_engine_discovery", False),
-    )
-    sampler = Sampler(cfg, src, engines, ProcessScanner(), _PlotTap(rec_plot) if rec_plot else None)
-    tty = sys.stderr.isatty()
-    end = time.monotonic() + args.duration
-    sampler.start()
-    try:
-        while (left := end - time.monotonic()) > 0:
-            if tty:
-                done = 1 - left / args.duration
-                sys.stderr.write(f"\rwatching [{'#' * int(30 * done):<30}] {left:4.0f} s left ")
-                sys.stderr.flush()
-            time.sleep(min(0.5, left))
-    finally:
-        sampler.stop()
-        if tty:
-            sys.stderr.write("\r" + " " * 60 + "\r")
-    found = sampler.discovery.found.values() if sampler.discovery is not None else ()
-    for d in found:
-        print(f"engine found: {d.source.url} (server group {d.group})", file=sys.stderr)
-    a = sampler.analyzer
-    if a.now is not None:
-        a.evaluate(a.now)
-    return a
-
-
-def cmd_diagnose(args: argparse.Namespace) -> int:
-    from .analysis.analyzer import Analyzer
-    from .report import render
-    from .sources.engines import EngineSource
-
-    engines = [EngineSource(u) for u in args.engine_url]
-    rec_plot = _plot_recorder(args)
-    src = _open_source(args)
-    a = Analyzer(src.gpus, engines_expected=bool(engines))
-    if args.replay:
-        from .feed import feed
-
-        feed(a, src.all(), on_sample=rec_plot.add if rec_plot else None)
-        if src.status.error:
-            raise UsageError(src.status.error)
-    else:
-        a = _watch_live(args, src, engines, rec_plot)
-    for e in engines:
-        e.close()
-    _draw(args, a, rec_plot)
-    summary = a.summary()
-    if args.json:
-        print(json.dumps({"summary": summary}))
-    else:
-        print(render(a, summary))
-    return 1 if any(f["severity"] in ("warning", "critical") for f in summary["findings"]) else 0
-
-
-def cmd_record(args: argparse.Namespace) -> int:
-    import threading
-
-    from exporters.recorder import TraceRecorder
-
-    from .config import DaemonConfig
-    from .run import on_signals
-    from .sources.nvml import NvmlSource
-    from .sources.processes import ProcessScanner
-
-    src = NvmlSource()
-    src.open()
-    try:
-        rec = TraceRecorder(args.output, src.gpus, 1.0 / args.interval, src.driver)
-    except (OSError, ValueError) as e:
-        src.close()
-        raise UsageError(f"cannot write {args.output}: {getattr(e, 'strerror', None) or e}") from None
-    scanner = ProcessScanner()
-    stop = threading.Event()
-    on_signals(stop)
-    t0 = time.monotonic()
-    n = 0
-    next_rss = 0.0
-    try:
-        while not stop.is_set():
-            now = time.monotonic()
-            if args.duration and now - t0 >= args.duration:
-                break
-            s = src.read(t=now - t0)
-            rec.sample(s)
-            n += 1
-            for p in scanner.scan({pid for g in s.gpus for pid, _ in g.procs}):
-                rec.proc(s.t, p)  # holders and their parents: the trace carries the server tree
-            if scanner.last_rss and now >= next_rss:  # resident memory at the daemon's process-scan pace
-                from .model import RssSample
-
-                rec.rss(RssSample(s.t, tuple(scanner.last_rss)))
-                next_rss = now + DaemonConfig().process_interval
-            left = args.interval - (time.monotonic() - now)
-            if args.duration:
-                left = min(left, args.duration - (time.monotonic() - t0))
-            stop.wait(max(0.0, left))
-    finally:
-        rec.close()
-        src.close()
-    logging.getLogger("oomwatch").info("wrote %d samples of %d GPU(s) to %s", n, len(src.gpus), args.output)
-    return 0 if rec.status.up else 1
-
-
-def cmd_engines(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from .sources.engines import EngineSource
-
-    srcs = [EngineSource(u, timeout_s=args.timeout, retries=0) for u in args.urls]  # EngineUrlError: exit 2
-    for s in srcs:  # all at once, each on its own worker: the command ends within --timeout in total
-        s.begin()
-    snaps = [s.collect() for s in srcs]
-    for s in srcs:
-        s.close()
-    bad = 0
-    for snap in snaps:
-        bad += not snap.up
-        if args.json:
-            print(json.dumps(asdict(snap)))
-            continue
-        if not snap.up:
-            print(f"{snap.url}: DOWN: {snap.error}")
-            continue
-        print(f"{snap.url}: {snap.kind}" + (f", model {snap.model}" if snap.model else ""))
-        for e in snap.engines or (snap,):
-            tag = f"  engine {e.engine}: " if snap.engines else "  "
-            kv = "n/a" if e.kv_cache_usage_ratio is None else f"{e.kv_cache_usage_ratio:.1%}"
-            print(
-                f"{tag}KV cache used {kv}; requests running {_n(e.requests_running)}, waiting "
-                f"{_n(e.requests_waiting)}; preemptions {_n(e.preemptions_total)}; prefix-cache hit ratio "
-                f"{'n/a' if e.prefix_cache_hit_ratio is None else f'{e.prefix_cache_hit_ratio:.1%}'}"
-            )
-        if snap.gpu_memory_utilization is not None or snap.num_gpu_blocks is not None:
-            print(
-                f"  cache config: gpu_memory_utilization {snap.gpu_memory_utilization}, num_gpu_blocks "
-                f"{snap.num_gpu_blocks}, block_size {snap.block_size}, cache_dtype {snap.cache_dtype}, "
-                f"prefix caching {snap.prefix_caching}, kv_cache_memory_bytes {snap.kv_cache_memory_bytes}"
-            )
-    return 1 if bad else 0
-
-
-def _n(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.0f}"
-
-
-def cmd_examples(args: argparse.Namespace) -> int:
-    names = bundled.names()
-    width = max((len(n) for n in names), default=0) + len(bundled.PREFIX)
-    print("Real traces recorded on an NVIDIA H200, shipped with oomwatch. Name one as example:NAME wherever a TRACE")
-    print("is read, from any directory (e.g. `oomwatch replay example:staircase`):\n")
-    for n in names:
-        print(f"  {bundled.PREFIX + n:<{width}}  {bundled.describe(n)}")
-    return 0
-
-
-def cmd_backtest(args: argparse.Namespace) -> int:
+def _backtest(args: argparse.Namespace) -> int:
     from .backtest.command import run
 
     return run(args, sys.stdout)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from .run import cmd_run as run
-
-    return run(args)
-
-
-COMMANDS = {
-    "run": cmd_run,
-    "replay": cmd_replay,
-    "diagnose": cmd_diagnose,
-    "record": cmd_record,
-    "engines": cmd_engines,
-    "examples": cmd_examples,
-    "backtest": cmd_backtest,
+#: Each subcommand and what runs it: a module of daemon/commands, or daemon/backtest for `backtest`.
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _command("run"),
+    "replay": _command("replay"),
+    "diagnose": _command("diagnose"),
+    "record": _command("record"),
+    "engines": _command("engines"),
+    "examples": _command("examples"),
+    "backtest": _backtest,
 }
 
 

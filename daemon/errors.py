@@ -38,4 +38,15 @@ class NvmlUnavailable(OomwatchError, RuntimeError):  # noqa: N818 - a name impor
     """NVML cannot be started (no driver, no library, no GPU)."""
 
 
-__all__ = ["OomwatchError", "UsageError", "TraceError", "EngineUrlError", "NvmlUnavailable"]
+def show(v: object, limit: int = 80) -> str:
+    """A user's value in a message: quoted, escaped to one line, cut when long."""
+    r = repr(v)
+    return r if len(r) <= limit else r[: limit - 4] + "...'"
+
+
+def one_line(msg: str) -> str:
+    """Escape whatever would break a message onto several lines (argparse echoes raw arguments)."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in msg)
+
+
+__all__ = ["OomwatchError", "UsageError", "TraceError", "EngineUrlError", "NvmlUnavailable", "one_line", "show"]

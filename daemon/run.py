@@ -1,6 +1,7 @@
-"""`oomwatch run`: wire the sources, sinks, sampler and HTTP server together, then wait for the end.
+"""The daemon's life: check its `DaemonConfig`, lock the state folder, build the sampler (daemon/wiring.py),
+serve HTTP, restore and save the state, wait for the end.
 
-The command line parses and validates; this module builds the daemon from a `DaemonConfig` and checks
+The command line parses and validates (daemon/commands/run.py); this module runs the daemon and checks
 once more what would make it misbehave rather than fail (a sample period that would make the scheduler
 spin, a listen address that cannot be bound), so a config built by other code gets the same guard.
 Everything a user can get wrong ends as a `UsageError`: one line and exit status 2.
@@ -8,7 +9,6 @@ Everything a user can get wrong ends as a `UsageError`: one line and exit status
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
@@ -17,19 +17,18 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .config import MAX_INTERVAL_S, MIN_INTERVAL_S, AnalysisConfig, DaemonConfig
-from .credentials import ClientAuth
+from . import __version__, wiring
+from .config import MAX_INTERVAL_S, MIN_INTERVAL_S, DaemonConfig
 from .errors import UsageError
 
-__all__ = ["StateKeeper", "check", "cmd_run", "config_from_args", "on_signals", "run"]
+if TYPE_CHECKING:
+    from .sampler import Sampler
+
+__all__ = ["StateKeeper", "check", "on_signals", "run", "writable_dir"]
 
 log = logging.getLogger("oomwatch")
-
-#: Longest single wait of the main thread: it wakes this often to notice the end of --duration.
-WAIT_SLICE_S = 1.0
 
 
 def on_signals(stop: threading.Event, on_hup: Callable[[], None] | None = None) -> None:
@@ -49,40 +48,6 @@ def on_signals(stop: threading.Event, on_hup: Callable[[], None] | None = None) 
     signal.signal(signal.SIGINT, handler)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, hup)
-
-
-def config_from_args(args: argparse.Namespace) -> DaemonConfig:
-    return DaemonConfig(
-        listen=args.listen,
-        interval=args.interval,
-        engine_url=tuple(args.engine_url),
-        alertmanager_url=tuple(args.alertmanager_url),
-        record=args.record,
-        replay=args.replay,
-        speed=args.speed,
-        loop=args.loop,
-        server_pid=args.server_pid,
-        server_cmdline=args.server_cmdline,
-        flight_dir=args.flight_dir,
-        state_dir=getattr(args, "state_dir", None),
-        external_url=args.external_url,
-        analysis=AnalysisConfig(),
-        engine_discovery=not getattr(args, "no_engine_discovery", False),
-        web_config_file=getattr(args, "web_config_file", None),
-        alertmanager_auth=_client_auth(args, "alertmanager"),
-        engine_auth=_client_auth(args, "engine"),
-    )
-
-
-def _client_auth(args: argparse.Namespace, kind: str) -> ClientAuth:
-    """The `--<kind>-*` credential flags as one ClientAuth (file names only)."""
-    return ClientAuth(
-        f"--{kind}",
-        bearer_token_file=getattr(args, f"{kind}_bearer_token_file", None),
-        basic_auth_user=getattr(args, f"{kind}_basic_auth_user", None),
-        basic_auth_password_file=getattr(args, f"{kind}_basic_auth_password_file", None),
-        ca_file=getattr(args, f"{kind}_ca_file", None),
-    )
 
 
 def check(cfg: DaemonConfig) -> None:
@@ -132,33 +97,6 @@ def writable_dir(flag: str, folder: str) -> None:
         raise UsageError(f"{flag} {folder}: cannot write there: {getattr(e, 'strerror', None) or e}") from None
 
 
-def _open_source(cfg: DaemonConfig) -> Any:
-    if cfg.replay:
-        from .sources.replay import ReplaySource
-
-        return ReplaySource(cfg.replay, cfg.speed, cfg.loop)  # TraceError: one line
-    from .sources.nvml import NvmlSource
-
-    src = NvmlSource()
-    src.open()  # NvmlUnavailable: one line
-    return src
-
-
-def _server_pids(cfg: DaemonConfig) -> set[int]:
-    from .sources.processes import listening_pid, matching_pids
-
-    pids: set[int] = set()
-    if cfg.server_pid:
-        pids.add(cfg.server_pid)
-    if cfg.server_cmdline:
-        pids |= matching_pids(cfg.server_cmdline)
-    for u in cfg.engine_url:
-        pid = listening_pid(u)
-        if pid:
-            pids.add(pid)
-    return pids
-
-
 def _web_config(cfg: DaemonConfig) -> Any:
     """The `--web-config-file` holder (exporters/webconfig.py), or None; WebConfigError: one line, exit 2."""
     if not cfg.web_config_file:
@@ -168,7 +106,7 @@ def _web_config(cfg: DaemonConfig) -> Any:
     return WebConfigHolder(cfg.web_config_file)
 
 
-def _serve(cfg: DaemonConfig, sampler: Any, web: Any = None) -> tuple[Any, Any]:
+def _serve(cfg: DaemonConfig, sampler: Sampler, web: Any = None) -> tuple[Any, Any]:
     from exporters.metrics import serve
     from exporters.status import routes as status_routes
 
@@ -186,49 +124,18 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
     A replay that ends (without `loop`) does not stop it: the sampler says so and /metrics keeps serving
     the last state, so a demo or a test can still read it.
     """
-    from .sampler import Sampler
-    from .sources.engines import EngineSource
-    from .sources.processes import ProcessScanner
-
     check(cfg)
     web = _web_config(cfg)  # before anything starts: a bad file is one line, exit 2
     scheme = web.scheme if web is not None else "http"
-    verify = cfg.engine_auth.verify()  # UsageError: one line (checked above too)
-    engines = [  # EngineUrlError: one line
-        EngineSource(u, auth=cfg.engine_auth.auth(u), verify=verify) for u in cfg.engine_url
-    ]
     state_lock = _lock_state(cfg)  # UsageError: one line (another daemon holds the folder)
     try:
-        src = _open_source(cfg)
+        src = wiring.open_source(cfg)
     except BaseException:
         _unlock(state_lock)
         raise
-    sampler = httpd = None
+    sampler = httpd = keeper = None
     try:
-        recorder = pusher = flight = keeper = None
-        if cfg.record:
-            from exporters.recorder import TraceRecorder
-
-            try:
-                recorder = TraceRecorder(cfg.record, src.cards, 1.0 / cfg.interval, getattr(src, "driver", None))
-            except (OSError, ValueError) as e:
-                raise UsageError(f"cannot write {cfg.record}: {getattr(e, 'strerror', None) or e}") from None
-        if cfg.alertmanager_url:
-            from exporters.alertmanager import AlertmanagerPusher
-
-            pusher = AlertmanagerPusher(
-                cfg.alertmanager_url,
-                cfg.external_url or f"{scheme}://{cfg.listen}/",
-                cfg.push_interval,
-                credentials=cfg.alertmanager_auth,
-            )
-        if cfg.flight_dir:
-            from exporters.recorder import FlightRecorder
-
-            flight = FlightRecorder(cfg.analysis.window_s)
-        sampler = Sampler(
-            cfg, src, engines, None if cfg.replay else ProcessScanner(), recorder, pusher, flight, _server_pids(cfg)
-        )
+        sampler = wiring.build_sampler(cfg, src, scheme=scheme)  # EngineUrlError, unwritable --record: one line
         keeper = StateKeeper(cfg.state_dir, sampler) if cfg.state_dir else None
         httpd, _ = _serve(cfg, sampler, web)
         if stop is None:
@@ -250,14 +157,7 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
             "" if web is None else f" (web config {cfg.web_config_file})",
         )
         sampler.start()
-        end = None if duration is None else time.monotonic() + duration
-        while not stop.is_set():
-            left = WAIT_SLICE_S if end is None else min(WAIT_SLICE_S, end - time.monotonic())
-            if left <= 0:
-                break
-            stop.wait(left)
-            if keeper is not None:
-                keeper.tick()
+        wiring.watch(stop, duration, keeper.tick if keeper is not None else None)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -302,19 +202,16 @@ def _on_hup(keeper: StateKeeper | None, web: Any) -> Callable[[], None]:
 class StateKeeper:
     """`--state-dir`: restore the analysis history at start, save it every minute and at the end."""
 
-    def __init__(self, state_dir: str, sampler: Any, every_s: float = 60.0) -> None:
+    def __init__(self, state_dir: str, sampler: Sampler, every_s: float = 60.0) -> None:
         from . import state
 
         self.state, self.dir, self.sampler, self.every = state, state_dir, sampler, every_s
         self._saving = threading.Lock()  # the minute's save and a SIGHUP's never write at once
         self.next = time.monotonic() + every_s
-        with sampler._lock:
-            n = state.load(sampler.analyzer, state_dir, self._offset())
+        with sampler.holding_analysis() as analyzer:
+            n = state.load(analyzer, state_dir, sampler.wall_offset)
         if n:
             log.info("state: restored the history of %d card(s) from %s", n, state_dir)
-
-    def _offset(self) -> float:
-        return float(self.sampler._wall_offset)  # analysis time + offset = wall time
 
     def tick(self) -> None:
         if time.monotonic() >= self.next:
@@ -324,13 +221,8 @@ class StateKeeper:
     def save(self) -> None:
         """Write the state now (every minute, on SIGHUP, at the end); one save at a time."""
         try:
-            with self._saving, self.sampler._lock:
-                n = self.state.save(self.sampler.analyzer, self.dir, self._offset())
+            with self._saving, self.sampler.holding_analysis() as analyzer:
+                n = self.state.save(analyzer, self.dir, self.sampler.wall_offset)
             log.debug("state: saved %d card(s) to %s", n, self.dir)
         except Exception as e:  # noqa: BLE001 - a state write must never stop the daemon
             log.error("state: could not save to %s: %s", self.dir, e)
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """`oomwatch run` from parsed (and environment-filled) arguments."""
-    return run(config_from_args(args), args.duration)

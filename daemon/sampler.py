@@ -15,13 +15,14 @@ Suspected OOMs and flight dumps live in daemon/flight.py.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from . import snapshot as snap
 from .analysis.analyzer import Analyzer
@@ -30,6 +31,12 @@ from .feed import rss_limit
 from .flight import DUMP_ALERTS, FlightDumps, VanishWatch
 from .logbudget import LogBudget
 from .model import AllocSample, EngineSnapshot, ProcInfo, RssSample, Sample, SourceStatus
+from .sources.base import SampleTap, Source
+
+if TYPE_CHECKING:
+    from .sources.discovery import EngineDiscovery
+    from .sources.engines import EngineSource
+    from .sources.processes import ProcessScanner
 
 __all__ = ["Sampler"]
 
@@ -40,15 +47,15 @@ class Sampler:
     def __init__(
         self,
         cfg: DaemonConfig,
-        source: Any,
-        engines: Iterable[Any] = (),
-        scanner: Any = None,
-        recorder: Any = None,
+        source: Source,
+        engines: Iterable[EngineSource] = (),
+        scanner: ProcessScanner | None = None,
+        recorder: SampleTap | None = None,
         pusher: Any = None,
         flight: Any = None,
         server_pids: set[int] | None = None,
         clock: Callable[[], float] | None = None,
-        discovery: Any = None,
+        discovery: EngineDiscovery | None = None,
     ):
         self.cfg = cfg
         self.source = source
@@ -100,6 +107,18 @@ class Sampler:
 
     def _now(self) -> float:
         return self._clock() if self._clock is not None else time.monotonic()
+
+    @contextlib.contextmanager
+    def holding_analysis(self) -> Iterator[Analyzer]:
+        """The analysis with the sampler's lock held, for whoever must read or restore it whole (the
+        state keeper's saves and loads); no sample is ingested meanwhile."""
+        with self._lock:
+            yield self.analyzer
+
+    @property
+    def wall_offset(self) -> float:
+        """Analysis time + this = wall time (unix seconds), as of the latest live sample."""
+        return self._wall_offset
 
     # ---- jobs ----------------------------------------------------------------------------------
     def sample_job(self) -> None:
@@ -250,7 +269,7 @@ class Sampler:
             for p in self.scanner.poll(self._now()):
                 if isinstance(p, RssSample):
                     self._add_rss(p)
-                else:  # holders and their parents: a trace carries the whole server tree
+                elif isinstance(p, ProcInfo):  # holders and their parents: a trace carries the server tree
                     self._add_proc(p, record=True)
             self._sources[self.scanner.name] = self.scanner.status
             if self.discovery is not None:

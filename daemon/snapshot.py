@@ -7,7 +7,8 @@ frozen dataclasses, tuples, read-only mappings; the history is copied out of the
 sampler holds its lock (a view of the ring is valid only until the next sample).
 
 `build()` is the only place that reads the analysis for the exporters, through a few accessors at its
-top, so a change inside the analysis is one edit here.
+top, typed against the Analyzer's public attributes (no `getattr` fallbacks): a field renamed in the
+analysis fails mypy here instead of exporting empty values, and a change inside the analysis is one edit.
 
 Shape (for code that reads it):
     Snapshot.t / .wall             analysis time (trace seconds or monotonic) and its wall-clock time
@@ -33,8 +34,12 @@ import numpy as np
 
 from .model import EngineSnapshot, GpuInfo, GpuSample, SourceStatus
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the analysis' public attributes this module reads (imported for types only)
+    from .analysis.alerts import Alert
     from .analysis.allocator import AllocView
+    from .analysis.analyzer import Analyzer
+    from .analysis.curve import CurveVerdict
+    from .analysis.findings import Finding
     from .analysis.hostmem import ProcessView
 
 __all__ = [
@@ -204,7 +209,7 @@ class Snapshot:
 EPISODES_SHOWN = 50
 
 
-def verdict_view(v: Any) -> VerdictView:
+def verdict_view(v: CurveVerdict) -> VerdictView:
     return VerdictView(
         v.shape,
         v.leak,
@@ -219,7 +224,7 @@ def verdict_view(v: Any) -> VerdictView:
     )
 
 
-def alert_view(a: Any, to_wall: Callable[[float], float]) -> AlertView:
+def alert_view(a: Alert, to_wall: Callable[[float], float]) -> AlertView:
     """An AlertView of one of the analysis' alerts, with its times also on the wall clock."""
     return AlertView(
         a.all_labels(),
@@ -233,7 +238,7 @@ def alert_view(a: Any, to_wall: Callable[[float], float]) -> AlertView:
     )
 
 
-def finding_view(f: Any) -> FindingView:
+def finding_view(f: Finding) -> FindingView:
     return FindingView(f.kind, f.gpu, f.pid, f.summary, f.evidence, f.advice, f.severity)
 
 
@@ -255,7 +260,7 @@ def downsample(t: Any, used: Any, window: str, seconds: float, points: int) -> H
 
 
 def build(
-    analyzer: Any,
+    analyzer: Analyzer,
     *,
     to_wall: Callable[[float], float],
     sources: Iterable[SourceStatus] = (),
@@ -276,12 +281,9 @@ def build(
     procs_info, roles = analyzer.procs, analyzer.roles
     alerts = [a for a in analyzer.book.alerts.values() if a.state != "resolved"]
     findings = list(analyzer.findings)
-    judge = getattr(analyzer, "hostmem", None)
-    host_processes: tuple[ProcessView, ...] = ()
-    if judge is not None:
-        from .analysis.hostmem import process_views
+    from .analysis.hostmem import process_views
 
-        host_processes = process_views(judge, roles, procs_info)
+    host_processes = process_views(analyzer.hostmem, roles, procs_info)
 
     history = history or {}
     gpus = tuple(
@@ -292,8 +294,8 @@ def build(
             st.capacity_bytes,
             st.budget_bytes,
             history.get(st.info.index, ()),
-            getattr(getattr(st, "lc", None), "phase", ""),
-            texts[st.info.index] if texts is not None and st.info.index in texts else _verdict_text(analyzer, st),
+            st.lc.phase,
+            texts[st.info.index] if texts is not None and st.info.index in texts else analyzer.verdict_text(st),
         )
         for st in cards
     )
@@ -325,28 +327,21 @@ def build(
         findings=tuple(finding_view(f) for f in findings),
         samples_total=analyzer.samples,
         host_processes=host_processes,
-        episodes=tuple(MappingProxyType(dict(e)) for e in list(getattr(analyzer, "episodes", ()))[-EPISODES_SHOWN:]),
+        episodes=tuple(MappingProxyType(dict(e)) for e in list(analyzer.episodes)[-EPISODES_SHOWN:]),
         **counters,
     )
 
 
-def _verdict_text(analyzer: Any, st: Any) -> str:
-    return analyzer.verdict_text(st) if hasattr(analyzer, "verdict_text") else ""
-
-
-def histories(analyzer: Any, windows: Iterable[tuple[str, float]], points: int) -> dict[int, tuple[History, ...]]:
+def histories(analyzer: Analyzer, windows: Iterable[tuple[str, float]], points: int) -> dict[int, tuple[History, ...]]:
     """Each card's history per window, copied out of the analysis. Call with the analysis' lock held.
 
-    A window is read from the finest history level that spans it (`history.pick`), or from the one
-    series an analysis without levels keeps."""
+    A window is read from the finest history level that spans it (`History.pick`)."""
     out = {}
     wins = tuple(windows)
     for idx, st in analyzer.gpus.items():
-        pick = getattr(getattr(st, "history", None), "pick", None)
         hs = []
         for name, secs in wins:
-            ring = pick(secs) if pick is not None else st.series
-            t, _, mx, _ = ring.arrays()  # views into a ring: downsample copies before the lock is let go
+            t, _, mx, _ = st.history.pick(secs).arrays()  # views into a ring: downsample copies them
             hs.append(downsample(t, mx, name, secs, points))
         out[idx] = tuple(hs)
     return out

@@ -20,7 +20,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from .errors import TraceError  # one line for the user; defined with the other user errors
 from .model import AllocSample, GpuInfo, GpuSample, ProcInfo, RssSample, Sample
@@ -325,7 +325,24 @@ def read_trace(path: str, warn: bool = True) -> tuple[TraceHeader, Iterator[tupl
                 upto = "nothing" if last_t is None else f"t={last_t:.2f} s"
                 log.warning("%s ends with a truncated line at %d; analysed up to %s", path, bad_line, upto)
 
-    return header, records()
+    return header, _Records(records(), f)
+
+
+class _Records(Iterator[tuple[float, Record]]):
+    """A trace's records, with `close()` closing its file even before the first record was read (closing
+    a generator that never started does not run its `with`)."""
+
+    def __init__(self, gen: Iterator[tuple[float, Record]], f: IO[str]) -> None:
+        self._gen, self._f = gen, f
+
+    def __next__(self) -> tuple[float, Record]:
+        return next(self._gen)
+
+    def close(self) -> None:
+        close = getattr(self._gen, "close", None)
+        if close is not None:
+            close()
+        self._f.close()
 
 
 def header_line(

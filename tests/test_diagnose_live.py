@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from daemon import cli
+from daemon import cli, wiring
 from daemon.sources.nvml import NvmlSource
 from fake_nvml import FakeNvml
 
@@ -23,12 +23,12 @@ def fake_card(monkeypatch, tmp_path):
     me = os.getpid()
     nv.cards[0].update(used=40 * GiB, procs=[(me, 40 * GiB)])
 
-    def open_fake(args):
+    def open_fake(cfg):
         src = NvmlSource(lib=nv)
         src.open()
         return src
 
-    monkeypatch.setattr(cli, "_open_source", open_fake)
+    monkeypatch.setattr(wiring, "open_source", open_fake)
     probe_dir = tmp_path / "probe"
     probe_dir.mkdir()
     monkeypatch.setenv("OOMWATCH_PROBE_DIR", str(probe_dir))

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ..model import GpuInfo, SourceStatus
+from ..model import GpuInfo, ProcInfo, RssSample, Sample, SourceStatus
 
-__all__ = ["Sink", "Source"]
+__all__ = ["SampleTap", "Sink", "Source"]
 
 
 @runtime_checkable
@@ -45,3 +45,17 @@ class Sink(Protocol):
 
     name: str
     status: SourceStatus
+
+
+@runtime_checkable
+class SampleTap(Sink, Protocol):
+    """A sink that takes every record the sampler routes (the trace recorder, `diagnose --plot`'s tap).
+    It may also take allocator records (`alloc(t, samples)`); the sampler asks whether it has one."""
+
+    def sample(self, s: Sample) -> None: ...
+
+    def proc(self, t: float, p: ProcInfo) -> None: ...
+
+    def rss(self, r: RssSample) -> None: ...
+
+    def close(self) -> None: ...

@@ -106,7 +106,11 @@ class ReplaySource:
         return self.gpus
 
     def close(self) -> None:
-        """The `Source` protocol; the trace is read line by line and holds nothing to let go of."""
+        """The `Source` protocol: close the trace (it is read line by line, so its file stays open until
+        then); safe to call twice."""
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
 
     def all(self) -> Iterator[object]:
         """Every record as fast as possible (for `oomwatch replay`)."""

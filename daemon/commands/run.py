@@ -1,0 +1,43 @@
+"""`oomwatch run`: parsed (and environment-filled) arguments to a `DaemonConfig`, then the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..config import DaemonConfig
+from ..credentials import ClientAuth
+
+__all__ = ["config_from_args", "main"]
+
+
+def config_from_args(args: argparse.Namespace) -> DaemonConfig:
+    """The `DaemonConfig` of `run`'s arguments: a flag sets the field of its name (a list as a tuple),
+    `--no-engine-discovery` clears `engine_discovery`; what is unset keeps DaemonConfig's default (the one
+    source of defaults), so a new flag needs only its field."""
+    names = {f.name for f in dataclasses.fields(DaemonConfig) if f.init}
+    kw: dict[str, object] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items() if k in names and v is not None
+    }
+    if getattr(args, "no_engine_discovery", False):
+        kw["engine_discovery"] = False
+    kw["alertmanager_auth"] = _client_auth(args, "alertmanager")
+    kw["engine_auth"] = _client_auth(args, "engine")
+    return DaemonConfig(**kw)  # type: ignore[arg-type]
+
+
+def _client_auth(args: argparse.Namespace, kind: str) -> ClientAuth:
+    """The `--<kind>-*` credential flags as one ClientAuth (file names only)."""
+    return ClientAuth(
+        f"--{kind}",
+        bearer_token_file=getattr(args, f"{kind}_bearer_token_file", None),
+        basic_auth_user=getattr(args, f"{kind}_basic_auth_user", None),
+        basic_auth_password_file=getattr(args, f"{kind}_basic_auth_password_file", None),
+        ca_file=getattr(args, f"{kind}_ca_file", None),
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..run import run
+
+    return run(config_from_args(args), args.duration)
