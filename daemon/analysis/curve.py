@@ -70,6 +70,7 @@ class CurveVerdict:
     window_s: float | None = None  # the window where the trend shows
     why: str = ""  # the evidence in words
     confirm_s: float | None = None  # how long GPUOOMImminent waits (None: a share of the ETA, see Analyzer)
+    seasonal: bool = False  # the rise is to a level this card already reached while serving and gave back
 
 
 def moved_floor(hist: History, last: CurveVerdict) -> float:
@@ -306,7 +307,8 @@ class CardJudge:
             # cycle coming round again (load that rises every afternoon, a batch that comes back), not a card
             # filling up: the forecast pages only above it, or on troughs that rise (`_troughs`).
             seen = self._given_back_peak(hist, lc, since, now)
-            urgent = self._urgent(eta, eta_lo) and not within and ref > seen
+            seasonal = ref <= seen
+            urgent = self._urgent(eta, eta_lo) and not within and not seasonal
             if (
                 not urgent
                 and lc.budget is None
@@ -336,6 +338,7 @@ class CardJudge:
                 urgent=urgent,
                 window_s=tr.window_s,
                 why=why,
+                seasonal=seasonal,
                 **base,
             )
         if levelled is not None and levelled.rise_bytes > 0:

@@ -236,11 +236,11 @@ class CardCurve:
             and phase == "serving"
             and b is not None
             and b.leak_confirmed
-            and (v.floor_bytes >= cfg.no_headroom_fraction * cap or (v.leak and b.paging))
+            and (v.floor_bytes >= cfg.no_headroom_fraction * cap or (v.leak and (b.paging or not v.seasonal)))
         ):
-            # The forecast from the leak this busy period confirmed, once it has filled the card or while it
-            # is paged (hysteresis: twice the horizon; below the top the curve's own urgency, seasonality
-            # included, decides the first page): at its last rate, is the card full within the horizon? A
+            # The forecast from the leak this busy period confirmed, while it holds (not a level the card
+            # reached before and gave back: a cycle coming round) or once it has filled the card; hysteresis
+            # of twice the horizon while paged. At its last rate, is the card full within the horizon? A
             # leak that filled the card leaves only the allocator's cache, which runs out at a moment NVML
             # cannot see, so the last known rate is the forecast; a slow leak near the top (30 MB/h) is hours
             # away.
