@@ -2,6 +2,7 @@
 
 import importlib
 import inspect
+import os
 
 import pytest
 
@@ -51,3 +52,19 @@ def test_module_all_is_complete_and_exists(modname):
         and getattr(obj, "__module__", None) == modname
     }
     assert defined <= set(mod.__all__), f"{modname}: public but not in __all__: {sorted(defined - set(mod.__all__))}"
+
+
+def test_every_package_folder_is_installed():
+    """A non-editable install ships only the packages pyproject lists: a new folder left out of the list works
+    in a checkout and fails for every user (`No module named daemon.commands`)."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = {
+        os.path.relpath(d, root).replace(os.sep, ".")
+        for top in ("daemon", "exporters")
+        for d, _, files in os.walk(os.path.join(root, top))
+        if "__init__.py" in files
+    }
+    assert found == listed
