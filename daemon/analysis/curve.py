@@ -6,23 +6,25 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
 - Serving: the floor's trend is tested at several windows (1 min to 7 days, `trend_windows_s`) with
   Mann-Kendall and Theil-Sen (trend.py). A short window is re-tested about every second, a long one about
   60 times per window (`trend_cadence`), so the per-sample work stays O(1) amortised while a 7-day window
-  is still judged. A card that cycles (gives memory back: releases, sudden or gradual) is judged with
-  blocks at least one cycle long, i.e. by its troughs. The shortest window with a sustained significant
-  rise gives the rate; the slope's lower confidence bound gives the conservative ETA.
+  is still judged. A card that cycles (three or more releases at regular gaps, `cycle_regularity`) is
+  judged with blocks at least one cycle long, i.e. by its troughs; releases at irregular gaps (transients,
+  load given back now and then) are no cycle. The shortest window with a sustained significant rise gives
+  the rate; the slope's lower confidence bound gives the conservative ETA.
 - Growth that is significant but not sustained (one step, levelled off, decelerating) is not a leak: it is
   named `cache_growth` (the caching allocator's high-water marks: a handful of steps no larger than the
-  tallest transient since the server started) or `plateau`; a card whose floor sits at >= 98% after such a
-  climb is `no_headroom` (the allocator reclaims its cache before CUDA fails), not a page. Cache growth
-  comes in a few large steps and levels off; a sustained rise of many fine steps (none above a seventh of
-  it, nor a large allocation) that would fill the card within three times its own span, at its rate and at
-  its lower bound, outpaces any cache: a leak, whatever the size of its steps (`_outpaces`).
+  tallest transient since the server started) or `plateau`. A sustained rise of many fine steps that would
+  fill the card soon compared with its own span outpaces any cache: a leak (`_outpaces`).
+- The page is a forecast: the card's upper envelope (the reading, or the floor plus the tallest recent
+  transient) reaches capacity within the horizon at the recent pace (`_recent_slope`: load slows near its
+  peak, a cache levels off, a leak keeps going), and at the slope's lower bound within twice it. A level
+  the card already reached while serving and then gave back is a cycle coming round (`seasonal`): no page
+  below it. A server without a declared pool follows its load: short of such a forecast, only growth that
+  outlasts a day is a leak.
 - Starting: growth is never a leak. A start stops where starts stop: at the server's declared budget (a
   known engine's command line), or a few percent above the level after its dominant jump (the KV pool, then
-  graphs). Past that line, urgency decides: a sustained significant climb whose ETA (from the slope and from
-  its lower bound) is inside the horizon, and short compared with how long the climb has lasted
-  (`start_eta_ratio`: a climb to OOM from birth is paged with at least 3/4 of its span left, a start that
-  fills a quarter of the card while loading is not). An engine that is configured and not answering yet is
-  still loading: no urgency before its budget line either.
+  graphs). Past that line the forecast decides, and the climb must also be likely to go on
+  (`start_eta_ratio`, Gott's delta-t: a climb that lasted T goes on for 1.5 T more with odds of 40%). An
+  engine that is configured and not answering yet is still loading: no urgency before its budget line.
 - Spike risk: the tallest transient given back in the last `spike_window_s` against the free memory above
   the floor, with a relative and an absolute margin. Transients of a start (the profile run) and memory
   given back by an exiting process are not counted.
