@@ -309,7 +309,8 @@ class CardJudge:
             # cycle coming round again (load that rises every afternoon, a batch that comes back), not a card
             # filling up: the forecast pages only above it, or on troughs that rise (`_troughs`).
             seen = self._given_back_peak(hist, lc, since, now)
-            seasonal = ref <= seen
+            # (within one settle step: a cycle's peaks differ by a few hundred MB from one round to the next)
+            seasonal = ref <= seen + max(cfg.settle_fraction * cap, float(cfg.settle_min_bytes))
             urgent = self._urgent(eta, eta_lo) and not within and not seasonal
             if (
                 not urgent
