@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import Metric
 
 from daemon import __version__
 from daemon.config import NODE_LABEL, node_name
+from daemon.model import GpuInfo
 from daemon.words import SHAPES
 
 from .labels import URL_LABELS, shown
@@ -34,7 +35,16 @@ if TYPE_CHECKING:
 
 Families = Iterator[Metric]
 
-__all__ = ["BUILD_INFO", "MAX_PROCS", "SECTIONS", "OomwatchCollector", "make_registry", "serve", "with_node"]
+__all__ = [
+    "BUILD_INFO",
+    "MAX_PROCS",
+    "SECTIONS",
+    "OomwatchCollector",
+    "dcgm_labels",
+    "make_registry",
+    "serve",
+    "with_node",
+]
 
 log = logging.getLogger("oomwatch.http")
 MAX_PROCS = 32
@@ -42,6 +52,12 @@ BUILD_INFO = "oomwatch_build_info"
 
 _FAMILIES = [
     ("oomwatch_gpu_memory_total_bytes", "Total memory of the card (NVML).", "gauge"),
+    (
+        "oomwatch_gpu_info",
+        "1 per watched card, with the labels dcgm-exporter puts on it: dcgm_gpu (its gpu: the physical card) "
+        "and, for a MIG instance, GPU_I_ID and GPU_I_PROFILE (empty on a whole card); join on (node, uuid).",
+        "gauge",
+    ),
     ("oomwatch_gpu_memory_used_bytes", "Memory in use on the card (NVML memory info v2).", "gauge"),
     ("oomwatch_gpu_memory_free_bytes", "Memory free on the card.", "gauge"),
     ("oomwatch_gpu_memory_reserved_bytes", "Memory the driver reserves (not usable).", "gauge"),
@@ -216,9 +232,11 @@ def _gpus(s: Snapshot) -> Families:
         "oomwatch_gpu_memory_headroom_bytes",
     )
     shape = StateSetMetricFamily("oomwatch_gpu_memory_shape", docs["oomwatch_gpu_memory_shape"], labels=short)
+    info = _g("oomwatch_gpu_info", ["gpu", "uuid", "dcgm_gpu", "GPU_I_ID", "GPU_I_PROFILE"])
     for g in s.gpus:
         i, u, nm = str(g.info.index), g.info.uuid, g.info.name
         fam["oomwatch_gpu_memory_total_bytes"].add_metric([i, u, nm], g.info.total_bytes)
+        info.add_metric([i, u, *dcgm_labels(g.info)], 1.0)
         smp = g.sample
         if smp is not None:
             for key, val in (("used", smp.used_bytes), ("free", smp.free_bytes), ("reserved", smp.reserved_bytes)):
@@ -238,8 +256,22 @@ def _gpus(s: Snapshot) -> Families:
         fam2["oomwatch_gpu_memory_headroom_bytes"].add_metric([i, u], v.headroom_bytes)
         shape.add_metric([i, u], {sh: sh == v.shape for sh in SHAPES})
     yield from fam.values()
+    yield info
     yield from fam2.values()
     yield shape
+
+
+def dcgm_labels(info: GpuInfo) -> tuple[str, str, str]:
+    """(gpu, GPU_I_ID, GPU_I_PROFILE) as dcgm-exporter labels this card: a MIG instance carries its physical
+    card's index (oomwatch watches it as index 1000 * (card + 1) + n, which matches nothing there), its GPU
+    instance ID ("gi1/ci0" -> "1") and its profile ("... MIG 3g.71gb" -> "3g.71gb"); a whole card only its
+    index."""
+    if info.mig_parent is None:
+        return str(info.index), "", ""
+    gi = (info.mig_instance or "").split("/")[0]
+    gid = gi[2:] if gi.startswith("gi") and gi[2:].isdigit() else ""
+    profile = info.name.rsplit("MIG ", 1)[1].strip() if "MIG " in info.name else ""
+    return str(info.mig_parent), gid, profile
 
 
 def _processes(s: Snapshot) -> Families:

@@ -109,3 +109,15 @@ def test_the_whole_exposition_lints_clean(monkeypatch):
     text, _ = _families(monkeypatch)
     r = subprocess.run([need_binary("promtool"), "check", "metrics"], input=text, capture_output=True, text=True)
     assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+
+
+def test_mig_instances_carry_dcgm_exporters_labels():
+    """dcgm-exporter labels a MIG instance with its physical card's `gpu`, `GPU_I_ID` and `GPU_I_PROFILE`;
+    oomwatch watches it as index 1000 * (card + 1) + n, so `oomwatch_gpu_info` carries dcgm's three for joins."""
+    from daemon.model import GpuInfo
+    from exporters.metrics import dcgm_labels
+
+    mig = GpuInfo(2001, "NVIDIA H200 MIG 3g.71gb", "MIG-abc", 71 << 30, True, mig_parent=1, mig_instance="gi2/ci0")
+    assert dcgm_labels(mig) == ("1", "2", "3g.71gb")
+    whole = GpuInfo(0, "NVIDIA H200", "GPU-abc", 141 << 30)
+    assert dcgm_labels(whole) == ("0", "", "")
