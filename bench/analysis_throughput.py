@@ -22,7 +22,7 @@ import time
 
 from traces import multi_gpu
 
-from daemon.analysis.analyzer import Analyzer
+from oomwatch.analysis.analyzer import Analyzer
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--seconds", type=float, default=3600)

@@ -5,10 +5,10 @@ beside `oomwatch replay`'s throughput on the very same curves.
 
 The cards are synthetic but shaped like a fleet's: vLLM servers that start to 90 % and sit there (restarted
 daily), slow leaks that climb from 60 % to a CUDA OOM in about 10 hours and restart, bounded sawtooths.
-They are written as dcgm-exporter series (`daemon.backtest.tsdb`), made into blocks by promtool, served by
-Prometheus on 127.0.0.1, and the backtest runs as its own process (`python -m daemon backtest --json`) so
+They are written as dcgm-exporter series (`oomwatch.backtest.tsdb`), made into blocks by promtool, served by
+Prometheus on 127.0.0.1, and the backtest runs as its own process (`python -m oomwatch backtest --json`) so
 its wall time and peak RSS are its own. The replay side writes each card as a gpu-memory-trace/1 file and
-times `daemon.feed.replay_trace` over it in this process (the analysis alone, no HTTP).
+times `oomwatch.feed.replay_trace` over it in this process (the analysis alone, no HTTP).
 
 The full-scale target is 1,000 cards x 30 days at 30 s (86.4 M samples) in under 10 minutes; the report
 says whether the rate measured here extrapolates to it.
@@ -30,10 +30,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from daemon.backtest.tsdb import PromServer, SeriesSpec, create_blocks, dcgm_labels, write_dcgm  # noqa: E402
-from daemon.feed import replay_trace  # noqa: E402
-from daemon.model import GpuInfo, GpuSample, Sample  # noqa: E402
-from daemon.trace import header_line, sample_line  # noqa: E402
+from oomwatch.backtest.tsdb import PromServer, SeriesSpec, create_blocks, dcgm_labels, write_dcgm  # noqa: E402
+from oomwatch.feed import replay_trace  # noqa: E402
+from oomwatch.model import GpuInfo, GpuSample, Sample  # noqa: E402
+from oomwatch.trace import header_line, sample_line  # noqa: E402
 
 GIB = 1 << 30
 TOTAL = 80 * GIB  # an 80 GB card
@@ -92,7 +92,7 @@ def write_traces(d: str, fleet, days: float, step: float) -> list[str]:
 
 def run_backtest(url: str, days: float, step: float, workers: int) -> tuple[dict, float, float]:
     """The backtest as its own process: (its totals line, wall s, peak RSS MiB)."""
-    argv = [sys.executable, "-m", "daemon", "backtest", "--prometheus", url, "--start", f"{BASE}"]
+    argv = [sys.executable, "-m", "oomwatch", "backtest", "--prometheus", url, "--start", f"{BASE}"]
     argv += ["--end", f"{BASE + days * 86400}", "--step", f"{step:g}", "--workers", str(workers), "--json"]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()

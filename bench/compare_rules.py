@@ -25,9 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from daemon.analysis.analyzer import Analyzer  # noqa: E402
-from daemon.model import Sample  # noqa: E402
-from daemon.trace import read_trace  # noqa: E402
+from oomwatch.analysis.analyzer import Analyzer  # noqa: E402
+from oomwatch.model import Sample  # noqa: E402
+from oomwatch.trace import read_trace  # noqa: E402
 
 EX = os.path.join(ROOT, "daemon", "examples")
 

@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 import psutil  # noqa: E402
 from traces import ROOT, multi_gpu  # noqa: E402
 
-from daemon.trace import header_line, sample_line  # noqa: E402
+from oomwatch.trace import header_line, sample_line  # noqa: E402
 
 
 def write_trace(path, n_gpus, seconds, procs):
@@ -45,7 +45,7 @@ def free_port():
 def measure(trace, seconds):
     port = free_port()
     p = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "run", "--replay", trace, "--loop", "--listen", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "oomwatch", "run", "--replay", trace, "--loop", "--listen", f"127.0.0.1:{port}"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

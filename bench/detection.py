@@ -2,9 +2,9 @@
 
     python bench/detection.py [--fast] [--only NAME ...] [--out FILE] [--json FILE] [--jobs N]
 
-Each trace goes through exactly what `oomwatch replay` runs: its records parsed by `daemon.trace.parse_line`
-(which drops every annotation) and fed by `daemon.feed.feed` into `Analyzer(gpus)` built from the parsed
-header, as `daemon.feed.replay_trace` does. The scorer alone reads the truth: the generator's (for the
+Each trace goes through exactly what `oomwatch replay` runs: its records parsed by `oomwatch.trace.parse_line`
+(which drops every annotation) and fed by `oomwatch.feed.feed` into `Analyzer(gpus)` built from the parsed
+header, as `oomwatch.feed.replay_trace` does. The scorer alone reads the truth: the generator's (for the
 scenarios) or the recording's own `expect` header and `oom` events (for `../shared/traces`, skipped with a
 note when absent). Writes `bench/DETECTION.md` (or `--out`) and, with `--json`, the results as JSON.
 Progress goes to stderr.
@@ -281,9 +281,9 @@ def replay(item: str) -> tuple[dict, list[dict], int, float, dict]:
 
 def _replay(item: str) -> tuple[dict, list[dict], int, float, dict, dict]:
     """`replay` and the summary's per-GPU part at the end."""
-    from daemon.analysis.analyzer import Analyzer
-    from daemon.feed import feed
-    from daemon.trace import parse_header, parse_line
+    from oomwatch.analysis.analyzer import Analyzer
+    from oomwatch.feed import feed
+    from oomwatch.trace import parse_header, parse_line
 
     header, recs, truth = load(item)
     gpus = parse_header(json.dumps(header), item).gpus

@@ -46,8 +46,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from daemon.model import GpuInfo, GpuSample, Sample  # noqa: E402
-from daemon.trace import header_line, sample_line  # noqa: E402
+from oomwatch.model import GpuInfo, GpuSample, Sample  # noqa: E402
+from oomwatch.trace import header_line, sample_line  # noqa: E402
 
 TOTAL = 150_754_820_096
 RESERVED = 644_939_776
@@ -349,7 +349,7 @@ class Life:
         self.port = free_port()
         self.log = os.path.join(tmp, f"daemon-{n}.log")
         self._logf = open(self.log, "w")  # noqa: SIM115 - closed in stop()
-        argv = [sys.executable, "-m", "daemon", "run", "--listen", f"127.0.0.1:{self.port}", "--replay", seg, *args]
+        argv = [sys.executable, "-m", "oomwatch", "run", "--listen", f"127.0.0.1:{self.port}", "--replay", seg, *args]
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._logf)
         self.ready = wait_http(f"http://127.0.0.1:{self.port}/healthz")
         self.rss: list[tuple[float, float]] = []

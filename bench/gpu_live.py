@@ -27,6 +27,9 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.srctree import importable, pythonpath  # noqa: E402
+
+importable()  # the device machine runs a bare copy of the tree
 OUT = sys.argv[1] if len(sys.argv) > 1 else "/tmp/gpu_live"
 os.makedirs(OUT, exist_ok=True)
 PY = sys.executable
@@ -86,7 +89,7 @@ def wait_ready(p):
 
 
 def part_a():
-    from daemon.sources.nvml import NvmlSource
+    from oomwatch.sources.nvml import NvmlSource
 
     src = NvmlSource()
     gpus = src.open()
@@ -129,11 +132,11 @@ def part_a():
 
 
 def part_b():
-    from daemon.model import Sample
-    from daemon.sources.nvml import NvmlSource
-    from daemon.sources.processes import ProcessScanner
-    from daemon.trace import read_trace
-    from exporters.recorder import TraceRecorder
+    from oomwatch.exporters.recorder import TraceRecorder
+    from oomwatch.model import Sample
+    from oomwatch.sources.nvml import NvmlSource
+    from oomwatch.sources.processes import ProcessScanner
+    from oomwatch.trace import read_trace
 
     path = os.path.join(OUT, "recorded_steps.jsonl")
     src = NvmlSource()
@@ -156,7 +159,13 @@ def part_b():
     w.wait()
     _, it = read_trace(path)
     back = [r for _, r in it if isinstance(r, Sample)]
-    replay = subprocess.run([PY, "-m", "daemon", "replay", path, "--json"], capture_output=True, text=True, cwd=ROOT)
+    replay = subprocess.run(
+        [PY, "-m", "oomwatch", "replay", path, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=pythonpath()),
+    )
     summary = json.loads(replay.stdout.strip().splitlines()[-1])["summary"]
     peak = max(g.used_bytes or 0 for s in kept for g in s.gpus)
     RESULTS["B"] = {
@@ -202,7 +211,7 @@ def part_c():
             [
                 PY,
                 "-m",
-                "daemon",
+                "oomwatch",
                 "run",
                 "--listen",
                 f"127.0.0.1:{port}",
@@ -212,6 +221,7 @@ def part_c():
                 os.path.join(OUT, "flight"),
             ],
             cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=pythonpath()),
             stdout=log,
             stderr=log,
         )
@@ -287,7 +297,13 @@ def part_c():
 
 def part_d():
     w = spawn(STEPS, 0, 6, 5, 1.0, 12)
-    r = subprocess.run([PY, "-m", "daemon", "diagnose", "--duration", "10"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [PY, "-m", "oomwatch", "diagnose", "--duration", "10"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=pythonpath()),
+    )
     w.wait()
     with open(os.path.join(OUT, "diagnose.txt"), "w") as f:
         f.write(r.stdout + r.stderr)

@@ -3,7 +3,7 @@
     python bench/gpu_probe.py --out DIR            # on a machine with an NVIDIA GPU, torch and nvidia-ml-py
     python bench/gpu_probe.py --out DIR --fake     # anywhere: a fake torch and a fake NVML play the same script
 
-Two workloads of BEHAVIOURS.md, each a separate torch process running the probe (`daemon.probe`), while
+Two workloads of BEHAVIOURS.md, each a separate torch process running the probe (`oomwatch.probe`), while
 this process samples NVML at 10 Hz and reads the probe directory every second (`AllocatorSource`), writing
 one `gpu-memory-trace/1` per workload with `alloc` lines:
 - `cache_growth`: a server-like start (weights, KV pool), then requests whose activations (64 MB-1.5 GB,
@@ -30,6 +30,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.srctree import importable, pythonpath  # noqa: E402
+
+importable()  # the device machine runs a bare copy of the tree
 MB = 1_000_000
 GiB = 1 << 30
 
@@ -179,7 +182,7 @@ def serve(
 
 
 def workload(pattern: str, fake_dir: str | None, seed: int, scale: float = 1.0, leak_mb_s: float = 60.0) -> int:
-    from daemon import probe
+    from oomwatch import probe
 
     card = Card(fake_dir)
     p = probe.start()
@@ -275,9 +278,9 @@ class RealNvml:
 
 
 def record(pattern: str, out: str, fake: bool, seed: int, scale: float = 1.0, leak_mb_s: float = 60.0) -> dict:
-    from daemon.model import GpuInfo
-    from daemon.sources.allocator import AllocatorSource
-    from daemon.trace import alloc_line
+    from oomwatch.model import GpuInfo
+    from oomwatch.sources.allocator import AllocatorSource
+    from oomwatch.trace import alloc_line
 
     probe_dir = tempfile.mkdtemp(prefix="probe-")
     fake_dir = tempfile.mkdtemp(prefix="fakegpu-") if fake else None
@@ -285,7 +288,9 @@ def record(pattern: str, out: str, fake: bool, seed: int, scale: float = 1.0, le
     src = AllocatorSource([GpuInfo(g["index"], g["name"], g["uuid"], g["total"]) for g in nvml.gpus], probe_dir)
     if fake:  # the fake torch's UUID, in NVML's spelling
         src._by_uuid["GPU-fake-0000-0000"] = src._by_uuid.pop(nvml.gpus[0]["uuid"])
-    env = dict(os.environ, OOMWATCH_PROBE="1", OOMWATCH_PROBE_DIR=probe_dir, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ, OOMWATCH_PROBE="1", OOMWATCH_PROBE_DIR=probe_dir, PYTHONPATH=pythonpath(), PYTHONUNBUFFERED="1"
+    )
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -396,7 +401,7 @@ def record(pattern: str, out: str, fake: bool, seed: int, scale: float = 1.0, le
 
 # ---- the probe's cost on real torch ------------------------------------------------------------------
 def cost(fake: bool, n: int = 3000) -> dict:
-    from daemon.probe import Probe
+    from oomwatch.probe import Probe
 
     d = tempfile.mkdtemp(prefix="probecost-")
     if fake:

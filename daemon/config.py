@@ -413,7 +413,7 @@ class DaemonConfig:
     push: PushTiming = field(default_factory=PushTiming)
     sampler: SamplerTiming = field(default_factory=SamplerTiming)
     host_memory_rule: HostMemoryRule = field(default_factory=HostMemoryRule)
-    # where server processes' allocator probes write (daemon.probe); "" turns reading them off
+    # where server processes' allocator probes write (oomwatch.probe); "" turns reading them off
     probe_dir: str = field(default_factory=lambda: env_default("probe_dir", "/dev/shm/oomwatch"))
     probe_interval: float = 1.0  # the probes write once a second; reading faster finds nothing new
 

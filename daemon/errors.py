@@ -4,9 +4,9 @@ stderr and exits with status 2, never with a traceback.
     Exception
      └── OomwatchError                      base: bad input or an unusable environment, never a bug
           ├── UsageError                    a bad flag, OOMWATCH_* variable, argument or bundled-trace name
-          ├── TraceError (ValueError)       a trace that cannot be read          (also daemon.trace)
-          ├── EngineUrlError (ValueError)   a URL that cannot be an engine       (also daemon.sources.engines)
-          └── NvmlUnavailable (RuntimeError) NVML cannot start, no --replay given (also daemon.sources.nvml)
+          ├── TraceError (ValueError)       a trace that cannot be read          (also oomwatch.trace)
+          ├── EngineUrlError (ValueError)   a URL that cannot be an engine       (also oomwatch.sources.engines)
+          └── NvmlUnavailable (RuntimeError) NVML cannot start, no --replay given (also oomwatch.sources.nvml)
 
 The second bases keep older `except ValueError` / `except RuntimeError` callers working. Anything else that
 escapes a command is a bug and keeps its traceback. A failing source at run time is not an error here: it is

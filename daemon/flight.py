@@ -82,7 +82,7 @@ class FlightDumps:
     name = "flight"
 
     def __init__(self, recorder: Any, directory: str, gpus: Iterable[GpuInfo]):
-        self.recorder = recorder  # exporters.recorder.FlightRecorder
+        self.recorder = recorder  # oomwatch.exporters.recorder.FlightRecorder
         self.directory = directory
         self.gpus = tuple(gpus)
         self.count = 0  # dumps written (not begun)

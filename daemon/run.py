@@ -101,14 +101,14 @@ def _web_config(cfg: DaemonConfig) -> Any:
     """The `--web-config-file` holder (exporters/webconfig.py), or None; WebConfigError: one line, exit 2."""
     if not cfg.web_config_file:
         return None
-    from exporters.webconfig import WebConfigHolder
+    from oomwatch.exporters.webconfig import WebConfigHolder
 
     return WebConfigHolder(cfg.web_config_file)
 
 
 def _serve(cfg: DaemonConfig, sampler: Sampler, web: Any = None) -> tuple[Any, Any]:
-    from exporters.metrics import serve
-    from exporters.status import routes as status_routes
+    from oomwatch.exporters.metrics import serve
+    from oomwatch.exporters.status import routes as status_routes
 
     try:
         httpd, thread = serve(cfg.listen, lambda: sampler.snapshot, status_routes(lambda: sampler.snapshot), web=web)

@@ -9,7 +9,7 @@ type. A job that fails is caught and reported as its source being down; the othe
 Sinks (the trace recorder, Alertmanager, flight dumps) report their health separately: a full disk or a
 down Alertmanager is `oomwatch_sink_up{sink} 0` and a log line, never GPUTelemetryDown.
 
-The exporters read only `Sampler.snapshot`, built by `daemon.snapshot.build` under the analysis' lock.
+The exporters read only `Sampler.snapshot`, built by `oomwatch.snapshot.build` under the analysis' lock.
 Suspected OOMs and flight dumps live in daemon/flight.py.
 """
 

@@ -23,7 +23,7 @@ from .config import DaemonConfig
 from .errors import UsageError
 
 if TYPE_CHECKING:
-    from exporters.recorder import TraceRecorder
+    from oomwatch.exporters.recorder import TraceRecorder
 
     from .sampler import Sampler
     from .sources.base import SampleTap
@@ -53,7 +53,7 @@ def open_source(cfg: DaemonConfig) -> NvmlSource | ReplaySource:
 
 def open_recorder(path: str, src: NvmlSource | ReplaySource, interval: float) -> TraceRecorder:
     """A trace writer on `path` for the cards of `src`; a path that cannot be written is one line."""
-    from exporters.recorder import TraceRecorder
+    from oomwatch.exporters.recorder import TraceRecorder
 
     try:
         return TraceRecorder(path, src.cards, 1.0 / interval, src.driver)
@@ -95,7 +95,7 @@ def build_sampler(
         recorder = open_recorder(cfg.record, src, cfg.interval)
     pusher = flight = None
     if cfg.alertmanager_url:
-        from exporters.alertmanager import AlertmanagerPusher
+        from oomwatch.exporters.alertmanager import AlertmanagerPusher
 
         pusher = AlertmanagerPusher(
             cfg.alertmanager_url,
@@ -104,7 +104,7 @@ def build_sampler(
             credentials=cfg.alertmanager_auth,
         )
     if cfg.flight_dir:
-        from exporters.recorder import FlightRecorder
+        from oomwatch.exporters.recorder import FlightRecorder
 
         flight = FlightRecorder(cfg.analysis.window_s)
     return Sampler(

@@ -1,7 +1,7 @@
 """Exporters read the sampler's snapshot: Prometheus /metrics (and its HTTP server), the status page,
 Alertmanager push, traces.
 
-Each reads only `daemon.snapshot.Snapshot` (or, for the recorders, the records the sampler hands them);
+Each reads only `oomwatch.snapshot.Snapshot` (or, for the recorders, the records the sampler hands them);
 none reaches into the analysis.
 """
 

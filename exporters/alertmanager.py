@@ -4,7 +4,7 @@ Like Prometheus does: every firing alert is re-sent each push with `endsAt` a fe
 Alertmanager resolves it by itself if oomwatch dies), and a resolve is sent with `endsAt` = now. Every
 configured Alertmanager (an HA pair) gets every alert. A push that fails (down, slow, 5xx) is retried
 next round with backoff; resolves are kept until delivered; the daemon never waits on it. Its numbers
-(timeout, backoff, endsAt) are `daemon.config.PushTiming`.
+(timeout, backoff, endsAt) are `oomwatch.config.PushTiming`.
 
 Alertmanager is a sink: its health is `oomwatch_sink_up{sink="alertmanager:URL"}` and a log line, never a
 telemetry alert. Alert times come from the snapshot's AlertViews, already on the wall clock.
@@ -21,17 +21,17 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import NODE_LABEL, PushTiming, node_name
-from daemon.credentials import ClientAuth
-from daemon.model import SourceStatus
-from daemon.redact import redact_url
+from oomwatch.config import NODE_LABEL, PushTiming, node_name
+from oomwatch.credentials import ClientAuth
+from oomwatch.model import SourceStatus
+from oomwatch.redact import redact_url
 
 from .labels import URL_LABELS, shown
 
 if TYPE_CHECKING:
     import httpx
 
-    from daemon.snapshot import AlertView
+    from oomwatch.snapshot import AlertView
 
 log = logging.getLogger("oomwatch.alertmanager")
 

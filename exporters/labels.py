@@ -8,7 +8,7 @@ every receiver of a page can read. Both the exposition and the Alertmanager push
 
 from __future__ import annotations
 
-from daemon.redact import redact_url
+from oomwatch.redact import redact_url
 
 __all__ = ["URL_LABELS", "shown"]
 

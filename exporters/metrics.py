@@ -21,17 +21,17 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, StateSetMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from daemon import __version__
-from daemon.config import NODE_LABEL, node_name
-from daemon.model import GpuInfo
-from daemon.words import SHAPES
+from oomwatch import __version__
+from oomwatch.config import NODE_LABEL, node_name
+from oomwatch.model import GpuInfo
+from oomwatch.words import SHAPES
 
 from .labels import URL_LABELS, shown
 from .server import Handler, PooledHTTPServer, Route
 from .webconfig import WebConfigHolder
 
 if TYPE_CHECKING:
-    from daemon.snapshot import Snapshot
+    from oomwatch.snapshot import Snapshot
 
 Families = Iterator[Metric]
 

@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from daemon.analysis.alerts import Transition
-    from daemon.analysis.analyzer import Analyzer, GpuState
-    from daemon.model import Sample
+    from oomwatch.analysis.alerts import Transition
+    from oomwatch.analysis.analyzer import Analyzer, GpuState
+    from oomwatch.model import Sample
 
 __all__ = ["COLORS", "GiB", "PlotUnavailable", "Recorder", "duration", "plot", "rate", "windows"]
 

@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterable
 from typing import TextIO
 
-from daemon.model import AllocSample, GpuInfo, ProcInfo, RssSample, Sample, SourceStatus
-from daemon.trace import alloc_line, header_line, proc_line, rss_line, sample_line
+from oomwatch.model import AllocSample, GpuInfo, ProcInfo, RssSample, Sample, SourceStatus
+from oomwatch.trace import alloc_line, header_line, proc_line, rss_line, sample_line
 
 #: Process descriptions a flight recorder keeps before it first prunes (a pod has a few dozen processes).
 MIN_PROCS_KEPT = 256

@@ -34,8 +34,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from daemon.snapshot import Snapshot
-from daemon.words import duration
+from oomwatch.snapshot import Snapshot
+from oomwatch.words import duration
 
 __all__ = ["PAGE", "WINDOW", "WINDOWS", "history", "routes", "status"]
 
@@ -179,7 +179,7 @@ tick();setInterval(tick,2000);
 
 
 def routes(get_snapshot: Callable[[], Snapshot] | Any) -> dict[str, Callable[[], tuple[str, bytes]]]:
-    """The page's routes for `exporters.metrics.serve`: `get_snapshot()` returns the latest snapshot (an
+    """The page's routes for `oomwatch.exporters.metrics.serve`: `get_snapshot()` returns the latest snapshot (an
     object with a `snapshot` attribute, such as the sampler, is read the same way)."""
     get = get_snapshot if callable(get_snapshot) else (lambda: get_snapshot.snapshot)
     return {

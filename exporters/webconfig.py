@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.errors import UsageError
+from oomwatch.errors import UsageError
 
 __all__ = ["OPEN_PATHS", "RECHECK_S", "WebConfig", "WebConfigError", "WebConfigHolder", "load"]
 

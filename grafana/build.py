@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "oomwatch.json")
 sys.path.insert(0, os.path.dirname(HERE))
 
-from daemon.config import RUNBOOK_BASE, SPECS, AnalysisConfig, runbook_url  # noqa: E402
+from oomwatch.config import RUNBOOK_BASE, SPECS, AnalysisConfig, runbook_url  # noqa: E402
 
 #: Alert names, runbook links and the OOM horizon come from daemon/config.py's alert spec table and config.
 RUNBOOKS = RUNBOOK_BASE

@@ -24,8 +24,8 @@ ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "oomwatch.rules.yml")
 sys.path.insert(0, ROOT)
 
-from daemon.config import NODE_LABEL, AlertSpec, DaemonConfig, runbook_url  # noqa: E402
-from daemon.words import duration  # noqa: E402
+from oomwatch.config import NODE_LABEL, AlertSpec, DaemonConfig, runbook_url  # noqa: E402
+from oomwatch.words import duration  # noqa: E402
 
 
 def prom_duration(s: float) -> str:

@@ -51,7 +51,7 @@ def stop_process(p: subprocess.Popen, timeout: float = 10.0, kill: bool = False)
 
 def daemon_run_argv(port: int, *args: str) -> list[str]:
     """The command line of `oomwatch run` serving on 127.0.0.1:`port`, from this checkout."""
-    return [sys.executable, "-m", "daemon", "run", "--listen", f"127.0.0.1:{port}", *args]
+    return [sys.executable, "-m", "oomwatch", "run", "--listen", f"127.0.0.1:{port}", *args]
 
 
 def sample_until_engine_found(sampler, clock: list[float], steps: int = 100) -> None:

@@ -1,8 +1,8 @@
 """A hand-built snapshot of one card with a server and a stray, engine, sources, sinks and alerts: for tests of
 the exporters that must hold whatever the analysis concludes (and while it is being changed)."""
 
-from daemon.model import EngineSnapshot, GpuInfo, GpuSample, SourceStatus
-from daemon.snapshot import AlertView, GpuView, ProcView, Snapshot, VerdictView
+from oomwatch.model import EngineSnapshot, GpuInfo, GpuSample, SourceStatus
+from oomwatch.snapshot import AlertView, GpuView, ProcView, Snapshot, VerdictView
 
 UUID = "GPU-aa9e664e-b03d-22bd-5f6b-45c167068773"
 SECRET_URL = "http://alice:s3cret-pw@vllm:8000/metrics"

@@ -7,7 +7,7 @@ that would pass the capacity fails and the process exits (memory back to 0).
 
 from __future__ import annotations
 
-from daemon.model import GpuInfo, GpuSample, Sample
+from oomwatch.model import GpuInfo, GpuSample, Sample
 
 TOTAL = 150_754_820_096
 RESERVED = 644_939_776

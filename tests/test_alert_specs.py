@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from daemon import config, flight
-from daemon.analysis import analyzer
-from daemon.analysis.alerts import AlertBook, Condition
-from daemon.analysis.hostmem import HostMemConfig
-from daemon.config import ALERT_SPECS, SPECS, AlertTiming, AnalysisConfig, DaemonConfig
+from oomwatch import config, flight
+from oomwatch.analysis import analyzer
+from oomwatch.analysis.alerts import AlertBook, Condition
+from oomwatch.analysis.hostmem import HostMemConfig
+from oomwatch.config import ALERT_SPECS, SPECS, AlertTiming, AnalysisConfig, DaemonConfig
 
 RULES = os.path.join(ROOT, "rules")
 RUNBOOKS = os.path.join(ROOT, "docs", "runbooks")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from daemon.analysis.allocator import AllocBook, judge
-from daemon.config import AllocatorConfig
-from daemon.model import AllocSample, GpuInfo
-from daemon.sources.allocator import AllocatorSource
+from oomwatch.analysis.allocator import AllocBook, judge
+from oomwatch.config import AllocatorConfig
+from oomwatch.model import AllocSample, GpuInfo
+from oomwatch.sources.allocator import AllocatorSource
 
 GiB = 1 << 30
 MB = 1_000_000
@@ -90,7 +90,7 @@ def test_probe_writes_what_the_source_reads(tmp_path, monkeypatch):
     import sys
     import types
 
-    from daemon.probe import Probe
+    from oomwatch.probe import Probe
 
     torch = types.ModuleType("torch")
     torch.cuda = types.SimpleNamespace(
@@ -122,7 +122,7 @@ def test_probe_writes_what_the_source_reads(tmp_path, monkeypatch):
 
 # ---- the trace line --------------------------------------------------------------------------------------
 def test_alloc_line_round_trips_and_old_readers_skip_it(tmp_path):
-    from daemon.trace import alloc_line, parse_line, read_trace
+    from oomwatch.trace import alloc_line, parse_line, read_trace
 
     samples = [
         AllocSample(3.5, 11, UUID, 5 * GiB, 8 * GiB, 1 << 20, 2, 0),
@@ -195,7 +195,7 @@ def test_judge_counts_recent_alloc_retries_only():
 
 
 def test_book_withdraws_a_curve_leak_that_is_only_cache():
-    from daemon.analysis.curve import CurveVerdict
+    from oomwatch.analysis.curve import CurveVerdict
 
     steps = lambda x: 120e9 + 1.5e9 * min(6, int(max(0.0, x - 20) // 12))  # noqa: E731
     t, a, r, _, _ = series(120, start_then(lambda x: 0.0), steps)
@@ -240,7 +240,7 @@ def _trace(name):
 
 
 def _replay(path, tmp_path, with_alloc=True):
-    from daemon.feed import replay_trace
+    from oomwatch.feed import replay_trace
 
     if not with_alloc:
         q = tmp_path / "nvml_only.jsonl"
@@ -298,14 +298,14 @@ def test_daemon_reads_probes_exports_records_and_shows_them(tmp_path):
 
     from prometheus_client import generate_latest
 
-    from daemon.config import DaemonConfig
-    from daemon.sampler import Sampler
-    from daemon.sources.nvml import NvmlSource
-    from daemon.trace import read_trace
-    from exporters.metrics import make_registry
-    from exporters.recorder import TraceRecorder
-    from exporters.status import status
     from fake_nvml import FakeNvml
+    from oomwatch.config import DaemonConfig
+    from oomwatch.exporters.metrics import make_registry
+    from oomwatch.exporters.recorder import TraceRecorder
+    from oomwatch.exporters.status import status
+    from oomwatch.sampler import Sampler
+    from oomwatch.sources.nvml import NvmlSource
+    from oomwatch.trace import read_trace
 
     nv = FakeNvml(cards=2)
     pid = os.getpid()  # a live PID, so the file is not stale
@@ -358,7 +358,7 @@ def test_diagnose_shows_the_probe(tmp_path):
 
     path = _trace("warm_cache_leak")
     r = subprocess.run(
-        [sys.executable, "-m", "daemon", "diagnose", "--replay", path],
+        [sys.executable, "-m", "oomwatch", "diagnose", "--replay", path],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -12,11 +12,11 @@ import pytest
 
 import synth
 from conftest import example
-from daemon.analysis.analyzer import Analyzer
-from daemon.analysis.trend import floor_trend, theil_sen
-from daemon.config import AnalysisConfig
-from daemon.model import Sample
-from daemon.trace import read_trace
+from oomwatch.analysis.analyzer import Analyzer
+from oomwatch.analysis.trend import floor_trend, theil_sen
+from oomwatch.config import AnalysisConfig
+from oomwatch.model import Sample
+from oomwatch.trace import read_trace
 
 TRACES = ["vllm_startup", "staircase", "sawtooth", "spike", "stray", "tp_imbalance"]
 
@@ -183,7 +183,7 @@ def test_flat_floor_is_no_trend_and_one_step_is_not_a_leak():
 
 
 def test_history_rings_keep_each_level_in_order():
-    from daemon.analysis.history import History, Ring
+    from oomwatch.analysis.history import History, Ring
 
     s = Ring(bucket_s=1.0, window_s=10.0)
     for k in range(0, 250):  # 25 buckets of 10 samples: wraps the ring twice
@@ -203,7 +203,7 @@ def test_history_rings_keep_each_level_in_order():
 
 
 def test_pid_churn_keeps_memory_bounded():
-    from daemon.model import GpuInfo, GpuSample, ProcInfo
+    from oomwatch.model import GpuInfo, GpuSample, ProcInfo
 
     a = Analyzer([GpuInfo(0, "g", "u", 100 << 30)])
     for k in range(20000):  # a new orphaned PID every 0.5 s for ~2.8 hours
@@ -215,7 +215,7 @@ def test_pid_churn_keeps_memory_bounded():
 
 
 def test_kv_pressure_from_the_engine_and_its_advice():
-    from daemon.model import EngineSnapshot
+    from oomwatch.model import EngineSnapshot
 
     a = Analyzer(synth.info(1))
     a.set_engines(
@@ -242,7 +242,7 @@ def test_kv_pressure_from_the_engine_and_its_advice():
 
 
 def test_engine_not_serving_yet_means_warm_up():
-    from daemon.model import EngineSnapshot
+    from oomwatch.model import EngineSnapshot
 
     a = Analyzer(synth.info(1), engines_expected=True)
     a.set_engines([EngineSnapshot("http://v:8000/metrics", up=False, error="connection refused")])
@@ -269,7 +269,7 @@ def test_idle_card_with_a_bare_cuda_context_beside_a_full_one():
 
 
 def test_30_mb_per_hour_on_a_24_gb_card_is_flagged_within_6_hours():
-    from daemon.model import GpuInfo, GpuSample, ProcInfo
+    from oomwatch.model import GpuInfo, GpuSample, ProcInfo
 
     total = 24 << 30
     a = Analyzer((GpuInfo(0, "NVIDIA L4", "GPU-l4", total),))
@@ -291,7 +291,7 @@ def test_30_mb_per_hour_on_a_24_gb_card_is_flagged_within_6_hours():
 
 
 def test_a_start_that_does_not_fit_is_its_own_finding():
-    from daemon.model import GpuSample, ProcInfo
+    from oomwatch.model import GpuSample, ProcInfo
 
     a = Analyzer(synth.info(1))
     cmd = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m")
@@ -313,8 +313,8 @@ def test_a_process_outside_the_server_tree_on_its_card_is_a_stray():
     """A notebook opened after the server, under Jupyter, on one of the server's cards takes headroom the
     server counted on: a stray. The same notebook on a card of its own, or a process that cannot be
     described (another PID namespace), is not one by its card alone."""
-    from daemon.analysis.processes import classify
-    from daemon.model import ProcInfo
+    from oomwatch.analysis.processes import classify
+    from oomwatch.model import ProcInfo
 
     api = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--tensor-parallel-size", "2")
     infos = {
@@ -336,7 +336,7 @@ def test_a_process_outside_the_server_tree_on_its_card_is_a_stray():
 def _vllm_card(util, phases, seconds, hz=5.0):
     """One H200 under a vLLM server at `util`: weights, the KV pool to the budget, then `phases(t)` bytes above
     it (0 while flat). Returns (transitions, the time memory went to 0 (the OOM) or None)."""
-    from daemon.model import GpuSample, ProcInfo
+    from oomwatch.model import GpuSample, ProcInfo
 
     a = Analyzer(synth.info(1))
     cmd = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--gpu-memory-utilization", str(util))
@@ -410,7 +410,7 @@ def test_a_load_cycle_seen_once_does_not_page_on_its_next_rise():
     been up there and given memory back, the next rise to the same level is the cycle, not a card filling."""
     import math
 
-    from daemon.model import GpuSample, ProcInfo
+    from oomwatch.model import GpuSample, ProcInfo
 
     a = Analyzer(synth.info(1))
     a.add_proc(ProcInfo(901, "python3", ("python3", "-m", "uvicorn", "app:app"), 1, 1.0))

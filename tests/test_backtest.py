@@ -9,13 +9,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from daemon.backtest.ooms import NEAR_FULL_RATIO, OomDetector, match_pages
-from daemon.backtest.options import parse_duration, parse_time, time_range
-from daemon.backtest.series import cards_from_series, in_shard, parse_shard, shard_of
-from daemon.cli import main
-from daemon.errors import UsageError
-from daemon.model import GpuSample, Sample
-from daemon.sources.prometheus import CHUNK_POINTS, MAX_POINTS_PER_SERIES, chunks, redact_url
+from oomwatch.backtest.ooms import NEAR_FULL_RATIO, OomDetector, match_pages
+from oomwatch.backtest.options import parse_duration, parse_time, time_range
+from oomwatch.backtest.series import cards_from_series, in_shard, parse_shard, shard_of
+from oomwatch.cli import main
+from oomwatch.errors import UsageError
+from oomwatch.model import GpuSample, Sample
+from oomwatch.sources.prometheus import CHUNK_POINTS, MAX_POINTS_PER_SERIES, chunks, redact_url
 from servers import LocalHttp, QuietHandler
 
 GIB = 1 << 30

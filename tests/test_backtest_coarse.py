@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from conftest import SHARED, example, need_binary
-from daemon.backtest.tsdb import (
+from oomwatch.backtest.tsdb import (
     PromServer,
     SeriesSpec,
     create_blocks,
@@ -23,8 +23,8 @@ from daemon.backtest.tsdb import (
     trace_points,
     write_dcgm,
 )
-from daemon.cli import main
-from daemon.feed import replay_trace
+from oomwatch.cli import main
+from oomwatch.feed import replay_trace
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BASE = 1_791_000_000.0

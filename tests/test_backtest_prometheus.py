@@ -9,7 +9,7 @@ import os
 import pytest
 
 from conftest import SHARED, example, need_binary, shared
-from daemon.backtest.tsdb import (
+from oomwatch.backtest.tsdb import (
     PromServer,
     SeriesSpec,
     create_blocks,
@@ -18,9 +18,9 @@ from daemon.backtest.tsdb import (
     trace_points,
     write_dcgm,
 )
-from daemon.cli import main
-from daemon.feed import replay_trace
-from daemon.sources.prometheus import PrometheusClient, PrometheusError
+from oomwatch.cli import main
+from oomwatch.feed import replay_trace
+from oomwatch.sources.prometheus import PrometheusClient, PrometheusError
 
 pytestmark = pytest.mark.integration
 BASE = 1_790_000_000.0  # 2026-09-21: old enough to be imported as blocks, kept by the server's retention
@@ -216,8 +216,8 @@ def test_a_selector_that_is_not_promql_is_one_line(capsys, prom):
 @pytest.mark.parametrize("source", ["nvidia_gpu_exporter", "oomwatch"])
 def test_the_other_exporters_give_the_same_verdict(tmp_path, capsys, source):
     """staircase.jsonl as nvidia_gpu_exporter's or oomwatch's own series: the same OOM, paged ahead."""
-    from daemon.backtest.series import SOURCES
-    from daemon.backtest.tsdb import exporter_labels, write_series
+    from oomwatch.backtest.series import SOURCES
+    from oomwatch.backtest.tsdb import exporter_labels, write_series
 
     kind = next(s for s in SOURCES if s.name == source)
     path = example("staircase.jsonl")

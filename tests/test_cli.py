@@ -20,9 +20,13 @@ README = os.path.join(ROOT, "README.md")
 def oomwatch(*args, env=None, timeout=30, cwd=None):
     e = {k: v for k, v in os.environ.items() if not k.startswith("OOMWATCH_")}
     e.update(env or {})
-    e["PYTHONPATH"] = ROOT  # the package from this tree, from any working directory
     return subprocess.run(
-        [sys.executable, "-m", "daemon", *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or ROOT
+        [sys.executable, "-m", "oomwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=e,
+        cwd=cwd or ROOT,
     )
 
 
@@ -110,7 +114,7 @@ def test_every_run_flag_is_read_from_its_variable():
     """OOMWATCH_<FLAG> for each `run` flag, new ones included (a flag with a checked value needs a sample here)."""
     import argparse
 
-    from daemon.cli import apply_env, build_parser, env_name, subcommands
+    from oomwatch.cli import apply_env, build_parser, env_name, subcommands
 
     samples = {
         "listen": "0.0.0.0:1234",
@@ -169,9 +173,9 @@ def test_listen_on_an_address_that_cannot_be_bound_is_one_line():
 )
 def test_the_wiring_refuses_a_config_that_would_spin(field, value):
     """A DaemonConfig built by other code than the CLI gets the same guard before any thread starts."""
-    from daemon.config import DaemonConfig
-    from daemon.errors import UsageError
-    from daemon.run import check
+    from oomwatch.config import DaemonConfig
+    from oomwatch.errors import UsageError
+    from oomwatch.run import check
 
     with pytest.raises(UsageError):
         check(DaemonConfig(**{field: value}, replay=example("stray.jsonl")))
@@ -180,9 +184,9 @@ def test_the_wiring_refuses_a_config_that_would_spin(field, value):
 @pytest.mark.parametrize("listen", ["127.0.0.1:99999", "256.1.2.3:9846", "b\u00e4d\u2028host:9846"])
 def test_a_bind_error_of_any_kind_is_a_usage_error(listen):
     """Past the checks (a config built in code), bind's own errors, OverflowError included, are one line."""
-    from daemon.config import DaemonConfig
-    from daemon.errors import UsageError
-    from daemon.run import _serve
+    from oomwatch.config import DaemonConfig
+    from oomwatch.errors import UsageError
+    from oomwatch.run import _serve
 
     with pytest.raises(UsageError, match="cannot listen on"):
         _serve(DaemonConfig(listen=listen), sampler=None)
@@ -190,10 +194,10 @@ def test_a_bind_error_of_any_kind_is_a_usage_error(listen):
 
 # ---- the errors a user sees --------------------------------------------------------------------------
 def test_user_errors_share_one_base_and_keep_their_old_homes():
-    from daemon import cli, errors
-    from daemon.sources.engines import EngineUrlError
-    from daemon.sources.nvml import NvmlUnavailable
-    from daemon.trace import TraceError
+    from oomwatch import cli, errors
+    from oomwatch.sources.engines import EngineUrlError
+    from oomwatch.sources.nvml import NvmlUnavailable
+    from oomwatch.trace import TraceError
 
     for cls in (cli.UsageError, TraceError, NvmlUnavailable, EngineUrlError):
         assert issubclass(cls, errors.OomwatchError) and cls is getattr(errors, cls.__name__)
@@ -203,8 +207,8 @@ def test_user_errors_share_one_base_and_keep_their_old_homes():
 
 
 def test_any_user_error_is_one_line_and_exit_2(capsys, monkeypatch):
-    from daemon import cli
-    from daemon.errors import OomwatchError
+    from oomwatch import cli
+    from oomwatch.errors import OomwatchError
 
     def boom(args):
         raise OomwatchError("first\nsecond")
@@ -218,9 +222,9 @@ def test_any_user_error_is_one_line_and_exit_2(capsys, monkeypatch):
 # ---- the healthy example ends quietly; a replay that ends says so and resolves its alerts ----------------
 def _sampler_over(trace, speed=1e9):
     """A Sampler over a replay, stepped by hand (no scheduler thread) until the trace is over."""
-    from daemon.config import DaemonConfig
-    from daemon.sampler import Sampler
-    from daemon.sources.replay import ReplaySource
+    from oomwatch.config import DaemonConfig
+    from oomwatch.sampler import Sampler
+    from oomwatch.sources.replay import ReplaySource
 
     cfg = DaemonConfig(replay=trace, speed=speed)
     clock = iter(range(10**6))
@@ -364,7 +368,7 @@ def test_examples_lists_every_bundled_trace():
 
 
 def _parsers():
-    from daemon.cli import build_parser
+    from oomwatch.cli import build_parser
 
     top = build_parser()
     subs = top._subparsers._group_actions[0].choices
@@ -379,7 +383,7 @@ def test_every_help_example_parses_and_names_a_real_trace():
             if ln.strip().startswith("oomwatch "):
                 examples.append(re.split(r"\s{2,}", ln.strip())[0].split()[1:])
     assert len(examples) >= 8
-    from daemon import bundled
+    from oomwatch import bundled
 
     for argv in examples:
         top.parse_args(argv)
@@ -418,7 +422,7 @@ def test_readme_lists_every_command_and_run_flag():
 
 def test_readme_commands_use_bundled_names_that_exist():
     text = _read(README)
-    from daemon import bundled
+    from oomwatch import bundled
 
     named = [n for n in re.findall(r"example:(\w+)", text) if n != "NAME"]
     assert named and all(n in bundled.names() for n in named)

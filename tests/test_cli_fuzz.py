@@ -26,11 +26,11 @@ pytestmark = pytest.mark.slow
 RUN_LIMIT_S = 1.5  # how long a fuzzed `run` may serve before its --duration ends it
 PROCESS_TIMEOUT_S = 20  # "within seconds", with room for two busy cores
 # The interpreter with NVML made unavailable: an oomwatch that can only refuse live commands.
-BOOT = "import sys; sys.modules['pynvml'] = None; from daemon.cli import main; sys.exit(main())"
+BOOT = "import sys; sys.modules['pynvml'] = None; from oomwatch.cli import main; sys.exit(main())"
 
 
 def _parsers():
-    from daemon.cli import build_parser
+    from oomwatch.cli import build_parser
 
     top = build_parser()
     return top._subparsers._group_actions[0].choices
@@ -38,7 +38,7 @@ def _parsers():
 
 def _variables() -> list[str]:
     """Every OOMWATCH_* name: each `run` flag's variable, and every other one the shipped packages mention."""
-    from daemon.cli import RUN_DEFAULTS, env_name
+    from oomwatch.cli import RUN_DEFAULTS, env_name
 
     names = {env_name(d) for d in RUN_DEFAULTS}
     names |= {env_name(a.dest) for a in _parsers()["run"]._actions if a.option_strings and a.dest != "help"}
@@ -258,7 +258,6 @@ def invocations(draw):
 def _run(argv, env, cwd):
     e = {k: v for k, v in os.environ.items() if not k.startswith("OOMWATCH_")}
     e.update(env)
-    e["PYTHONPATH"] = ROOT
     return subprocess.run(
         [sys.executable, "-c", BOOT, *argv],
         capture_output=True,

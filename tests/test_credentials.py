@@ -10,10 +10,10 @@ import pytest
 
 from certs import make_pki, secret_file
 from conftest import example, stop_process
-from daemon.credentials import ClientAuth, read_secret
-from daemon.errors import UsageError
-from daemon.sources.engines import EngineSource
-from exporters.alertmanager import AlertmanagerPusher
+from oomwatch.credentials import ClientAuth, read_secret
+from oomwatch.errors import UsageError
+from oomwatch.exporters.alertmanager import AlertmanagerPusher
+from oomwatch.sources.engines import EngineSource
 from servers import LocalHttp, QuietHandler, start_oomwatch, wait_http
 
 TOKEN = "tok-91c1d2b7e5"

@@ -18,7 +18,7 @@ GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 
 
 def oomwatch(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True, timeout=60, **kw)
+    return subprocess.run([sys.executable, "-m", "oomwatch", *args], capture_output=True, text=True, timeout=60, **kw)
 
 
 def get(url, timeout=2.0):
@@ -139,7 +139,7 @@ def test_listen_port_taken_is_one_line():
 def test_env_vars_configure_run(daemon_proc, monkeypatch):
     port = free_port()
     env = dict(os.environ, OOMWATCH_LISTEN=f"127.0.0.1:{port}", OOMWATCH_REPLAY=example("spike.jsonl"))
-    p = subprocess.Popen([sys.executable, "-m", "daemon", "run"], env=env, stderr=subprocess.PIPE)
+    p = subprocess.Popen([sys.executable, "-m", "oomwatch", "run"], env=env, stderr=subprocess.PIPE)
     try:
         assert "oomwatch_gpu_memory_total_bytes" in wait_http(f"http://127.0.0.1:{port}/metrics", deadline=15.0)
     finally:
@@ -156,10 +156,10 @@ def _exposition(trace, at):
     the node label is pinned through NODE_NAME, the Python version in the build info is masked."""
     from prometheus_client import generate_latest
 
-    from daemon.config import DaemonConfig
-    from daemon.sampler import Sampler
-    from daemon.sources.replay import ReplaySource
-    from exporters.metrics import make_registry
+    from oomwatch.config import DaemonConfig
+    from oomwatch.exporters.metrics import make_registry
+    from oomwatch.sampler import Sampler
+    from oomwatch.sources.replay import ReplaySource
 
     clock = [0.0]
     src = ReplaySource(trace, speed=1.0, clock=lambda: clock[0])
@@ -218,7 +218,7 @@ def test_the_console_entry_pins_blas_before_numpy_loads():
     if not os.path.isdir("/proc/self/task"):
         pytest.skip("needs /proc to count threads")
     r = subprocess.run(
-        [sys.executable, "-c", "import daemon.cli, numpy; " + count],
+        [sys.executable, "-c", "import oomwatch.cli, numpy; " + count],
         capture_output=True,
         text=True,
         env=_no_blas_env(),
@@ -229,7 +229,7 @@ def test_the_console_entry_pins_blas_before_numpy_loads():
     seen = {}
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):  # what importing the CLI leaves in the environment
         r = subprocess.run(
-            [sys.executable, "-c", f"import daemon.cli, os; print(os.environ[{var!r}])"],
+            [sys.executable, "-c", f"import oomwatch.cli, os; print(os.environ[{var!r}])"],
             capture_output=True,
             text=True,
             env={**_no_blas_env(), "OMP_NUM_THREADS": "3"},

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from daemon.cli import build_parser
-from daemon.config import DEFAULT_PORT, NODE_ENV
+from oomwatch.cli import build_parser
+from oomwatch.config import DEFAULT_PORT, NODE_ENV
 
 D = os.path.join(ROOT, "deploy")
 

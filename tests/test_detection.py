@@ -151,7 +151,7 @@ def test_the_second_generator_is_scored_by_its_labels():
 @pytest.mark.parametrize("name", ["staircase_leak_rank1_a100", "orphan_beside_server_h100"])
 def test_written_file_replays_like_the_records(tmp_path, name):
     """The scorer's in-memory path gives exactly the transitions of `replay_trace` on a written file."""
-    from daemon.feed import replay_trace
+    from oomwatch.feed import replay_trace
 
     path = tmp_path / (name + ".jsonl")
     write(SCENARIOS[name], str(path))

@@ -7,10 +7,10 @@ import logging
 import pytest
 
 from conftest import example
-from daemon.analysis import detectors, findings
-from daemon.analysis.analyzer import Analyzer
-from daemon.model import Sample, SourceStatus
-from daemon.trace import read_trace
+from oomwatch.analysis import detectors, findings
+from oomwatch.analysis.analyzer import Analyzer
+from oomwatch.model import Sample, SourceStatus
+from oomwatch.trace import read_trace
 
 
 def replay(name, setup=None):
@@ -128,7 +128,7 @@ def test_the_failure_clears_when_the_detector_recovers():
 
 @pytest.mark.parametrize("kind", ["stray", "telemetry_down"])
 def test_builders_give_labels_the_spec_table_names(kind):
-    from daemon.config import NODE_LABEL, SPECS
+    from oomwatch.config import NODE_LABEL, SPECS
 
     if kind == "stray":
         _, c = findings.stray("0", "GPU-1", 5, None, 1.0, "orphaned", 0.0)
@@ -139,7 +139,7 @@ def test_builders_give_labels_the_spec_table_names(kind):
 
 @pytest.mark.parametrize("name", ["staircase", "stray", "tp_imbalance", "spike"])
 def test_every_alert_raised_carries_the_labels_its_spec_names(name):
-    from daemon.config import SPECS
+    from oomwatch.config import SPECS
 
     _, trans = replay(name)
     assert trans

@@ -19,7 +19,7 @@ EXPECT = {  # trace: (exit status, finding kinds that must be there, kinds that 
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "oomwatch", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECT))

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from daemon import cli, wiring
-from daemon.sources.nvml import NvmlSource
 from fake_nvml import FakeNvml
+from oomwatch import cli, wiring
+from oomwatch.sources.nvml import NvmlSource
 
 GiB = 1 << 30
 

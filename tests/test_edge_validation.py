@@ -12,12 +12,12 @@ import time
 import pytest
 from test_cli import one_line_exit_2, oomwatch
 
-from daemon import state
-from daemon.analysis.analyzer import Analyzer
-from daemon.model import GpuInfo, Sample
-from daemon.report import _pct
-from daemon.sources.allocator import AllocatorSource
-from daemon.trace import TraceError, read_trace
+from oomwatch import state
+from oomwatch.analysis.analyzer import Analyzer
+from oomwatch.model import GpuInfo, Sample
+from oomwatch.report import _pct
+from oomwatch.sources.allocator import AllocatorSource
+from oomwatch.trace import TraceError, read_trace
 
 UUID = "GPU-edge-0"
 TOTAL = 1000

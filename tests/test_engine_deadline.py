@@ -8,11 +8,11 @@ import sys
 import threading
 import time
 
-from daemon.config import DaemonConfig
-from daemon.sampler import Sampler
-from daemon.sources.engines import EngineSource
-from daemon.sources.nvml import NvmlSource
 from fake_nvml import FakeNvml
+from oomwatch.config import DaemonConfig
+from oomwatch.sampler import Sampler
+from oomwatch.sources.engines import EngineSource
+from oomwatch.sources.nvml import NvmlSource
 from servers import LocalHttp, QuietHandler
 
 DRIP_EVERY_S = 0.2  # well inside any per-read timeout: only a total deadline stops it
@@ -104,7 +104,7 @@ def test_engines_command_returns_within_its_timeout_in_total():
     try:
         t0 = time.monotonic()
         p = subprocess.run(
-            [sys.executable, "-m", "daemon", "engines", srv.base, srv.base + "/x", "--timeout", "1"],
+            [sys.executable, "-m", "oomwatch", "engines", srv.base, srv.base + "/x", "--timeout", "1"],
             capture_output=True,
             text=True,
             timeout=30,

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from conftest import shared
-from daemon.sources.engines import EngineSource, EngineUrlError, metrics_url, parse_metrics
+from oomwatch.sources.engines import EngineSource, EngineUrlError, metrics_url, parse_metrics
 from servers import LocalHttp, QuietHandler
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "engines")

@@ -7,8 +7,8 @@ import subprocess
 import time
 
 from conftest import daemon_run_argv, example, free_port, stop_process
-from daemon.logbudget import LogBudget
-from daemon.sources.replay import MAX_RECORDS_PER_POLL, ReplaySource
+from oomwatch.logbudget import LogBudget
+from oomwatch.sources.replay import MAX_RECORDS_PER_POLL, ReplaySource
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # a log record's first line
 

@@ -7,13 +7,13 @@ import time
 from prometheus_client import generate_latest
 
 from conftest import example, free_port
-from daemon.config import DaemonConfig
-from daemon.sampler import Sampler
-from daemon.sources.engines import EngineSource
-from daemon.sources.nvml import NvmlSource
-from exporters.alertmanager import AlertmanagerPusher
-from exporters.metrics import make_registry
 from fake_nvml import FakeNvml
+from oomwatch.config import DaemonConfig
+from oomwatch.exporters.alertmanager import AlertmanagerPusher
+from oomwatch.exporters.metrics import make_registry
+from oomwatch.sampler import Sampler
+from oomwatch.sources.engines import EngineSource
+from oomwatch.sources.nvml import NvmlSource
 from servers import LocalHttp, QuietHandler, StaticServer
 
 
@@ -84,7 +84,7 @@ def test_alertmanager_5xx_then_slow_then_back():
     srv = LocalHttp(Flaky)
     url = srv.base
     pusher = AlertmanagerPusher([url], interval_s=0.01, timeout_s=0.3)
-    from daemon.snapshot import AlertView
+    from oomwatch.snapshot import AlertView
 
     alert = AlertView(
         {"alertname": "GPUOOMImminent", "severity": "critical", "gpu": "0"},
@@ -128,8 +128,8 @@ def test_engine_50mb_body_is_refused():
 
 
 def test_record_to_a_full_disk_keeps_serving(tmp_path):
-    from daemon.sources.replay import ReplaySource
-    from exporters.recorder import TraceRecorder
+    from oomwatch.exporters.recorder import TraceRecorder
+    from oomwatch.sources.replay import ReplaySource
 
     src = ReplaySource(example("stray.jsonl"), speed=1e6)
     rec = TraceRecorder("/dev/full", src.gpus)  # every write fails with ENOSPC
@@ -147,7 +147,7 @@ def test_record_to_a_full_disk_keeps_serving(tmp_path):
 
 def test_alertmanager_down_is_a_sink_not_telemetry():
     """An Alertmanager that refuses: its sink is down, the daemon's sources are up, nothing pages for it."""
-    from daemon.sources.replay import ReplaySource
+    from oomwatch.sources.replay import ReplaySource
 
     dead = f"http://127.0.0.1:{free_port()}"
     clock = [0.0]
@@ -173,8 +173,8 @@ def test_alertmanager_down_is_a_sink_not_telemetry():
 
 def test_a_failing_metrics_section_costs_only_that_section(monkeypatch):
     """One bad value must not fail the whole scrape: the section is dropped and counted."""
-    import exporters.metrics as m
-    from daemon.sources.replay import ReplaySource
+    import oomwatch.exporters.metrics as m
+    from oomwatch.sources.replay import ReplaySource
 
     clock = [0.0]
     s = Sampler(

@@ -3,9 +3,9 @@ time order with the samples, so a post-mortem of a warm-cache leak or a host-RAM
 
 from __future__ import annotations
 
-from daemon.model import AllocSample, GpuInfo, GpuSample, RssSample, Sample
-from daemon.trace import read_trace
-from exporters.recorder import FlightRecorder
+from oomwatch.exporters.recorder import FlightRecorder
+from oomwatch.model import AllocSample, GpuInfo, GpuSample, RssSample, Sample
+from oomwatch.trace import read_trace
 
 GiB = 1 << 30
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from daemon.config import DEFAULT_PORT, NODE_ENV
+from oomwatch.config import DEFAULT_PORT, NODE_ENV
 
 CHART = os.path.join(ROOT, "deploy", "helm", "oomwatch")
 #: The Kubernetes release the core objects are validated against (kubernetes-validate ships its schemas).
@@ -160,7 +160,7 @@ def test_web_config_is_mounted_passed_and_loads_in_oomwatch(tmp_path):
     """The Secret the chart renders is the file oomwatch reads: mounted where OOMWATCH_WEB_CONFIG_FILE says,
     loaded by oomwatch itself (with certificates made here), probes over HTTPS on /healthz, monitor https."""
     from certs import bcrypt_hash, make_pki
-    from exporters.webconfig import load
+    from oomwatch.exporters.webconfig import load
 
     pki = make_pki(str(tmp_path / "tls"))
     os.rename(pki.cert, tmp_path / "tls" / "tls.crt")

@@ -12,13 +12,13 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon import state
-from daemon.analysis.analyzer import Analyzer
-from daemon.errors import OomwatchError
-from daemon.model import AllocSample, GpuInfo, ProcInfo, RssSample, Sample
-from daemon.sources.allocator import AllocatorSource
-from daemon.sources.engines import parse_metrics
-from daemon.trace import read_trace
+from oomwatch import state
+from oomwatch.analysis.analyzer import Analyzer
+from oomwatch.errors import OomwatchError
+from oomwatch.model import AllocSample, GpuInfo, ProcInfo, RssSample, Sample
+from oomwatch.sources.allocator import AllocatorSource
+from oomwatch.sources.engines import parse_metrics
+from oomwatch.trace import read_trace
 
 EXAMPLES = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]

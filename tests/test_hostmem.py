@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from conftest import stop_process
-from daemon.analysis.hostmem import HostLimit, HostMemJudge, trend
-from daemon.analysis.processes import ProcRole
-from daemon.config import HostMemConfig
-from daemon.model import ProcInfo, RssSample
-from daemon.sources.processes import ProcessScanner, memory_limit
+from oomwatch.analysis.hostmem import HostLimit, HostMemJudge, trend
+from oomwatch.analysis.processes import ProcRole
+from oomwatch.config import HostMemConfig
+from oomwatch.model import ProcInfo, RssSample
+from oomwatch.sources.processes import ProcessScanner, memory_limit
 
 MiB = 1 << 20
 ROLES = {10: ProcRole(10, "server", "", "10")}
@@ -100,7 +100,7 @@ def test_trend_with_ties_and_noise_agrees_with_scipy(seed):
 def test_the_daemon_needs_no_scipy():
     code = (
         "import sys; sys.modules['scipy'] = None\n"  # any import of scipy raises ImportError
-        "from daemon.analysis.hostmem import trend\n"
+        "from oomwatch.analysis.hostmem import trend\n"
         "print(trend([0, 1, 2, 3, 4, 5], [1, 2, 2, 3, 5, 8]))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -156,7 +156,7 @@ def test_memory_limit_falls_back_to_the_host():
 
 def test_trace_with_rss_lines_pages_host_memory_leak_end_to_end(tmp_path):
     """A recorded trace (flat GPU, growing API-server RSS) replayed by the daemon's analysis."""
-    from daemon.feed import replay_trace
+    from oomwatch.feed import replay_trace
 
     p = tmp_path / "hostleak.jsonl"
     lines = [
@@ -225,8 +225,8 @@ def test_resident_memory_series_are_bounded_and_carry_role_and_pod():
 
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from daemon.analysis.hostmem import MAX_PROCESS_SERIES, process_views
-    from exporters.metrics import _host_processes
+    from oomwatch.analysis.hostmem import MAX_PROCESS_SERIES, process_views
+    from oomwatch.exporters.metrics import _host_processes
 
     j = HostMemJudge()
     roles = {p: ProcRole(p, "server", "", "100") for p in range(101, 101 + 40)}
@@ -252,8 +252,8 @@ def test_resident_memory_series_are_bounded_and_carry_role_and_pod():
 
 
 def test_trace_lines_round_trip_rss_and_process_groups():
-    from daemon.model import RssSample
-    from daemon.trace import parse_line, proc_line, rss_line
+    from oomwatch.model import RssSample
+    from oomwatch.trace import parse_line, proc_line, rss_line
 
     r = RssSample(12.5, ((100, 3 << 30), (101, 9 << 30)), 64 << 30, 40 << 30, "cgroup")
     back = parse_line(json.loads(rss_line(r)))
@@ -270,8 +270,8 @@ def test_oomwatch_record_writes_the_server_tree_and_rss_lines(tmp_path, monkeypa
     trace has proc lines for the worker and its parent, and rss lines at the process-scan pace."""
     import subprocess as sp
 
-    from daemon.cli import main
     from fake_nvml import FakeNvml
+    from oomwatch.cli import main
 
     srv = sp.Popen(
         [

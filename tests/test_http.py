@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from exporters import server as srv
-from exporters.metrics import serve
+from oomwatch.exporters import server as srv
+from oomwatch.exporters.metrics import serve
 from snapshots import cluster_snapshot
 
 CONCURRENT = 500  # a Prometheus HA pair, federation and a team's browsers at once, with room to spare

@@ -10,8 +10,8 @@ import httpx
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.alertmanager import AlertmanagerPusher
-from exporters.metrics import make_registry
+from oomwatch.exporters.alertmanager import AlertmanagerPusher
+from oomwatch.exporters.metrics import make_registry
 from snapshots import SECRET_URL, UUID
 from snapshots import cluster_snapshot as _snapshot
 
@@ -58,7 +58,7 @@ def test_no_credentials_in_any_label(monkeypatch):
 def test_build_info_and_the_processes_own_metrics(monkeypatch):
     import platform
 
-    from daemon import __version__
+    from oomwatch import __version__
 
     _, fams = _families(monkeypatch)
     (info,) = fams["oomwatch_build_info"].samples
@@ -114,8 +114,8 @@ def test_the_whole_exposition_lints_clean(monkeypatch):
 def test_mig_instances_carry_dcgm_exporters_labels():
     """dcgm-exporter labels a MIG instance with its physical card's `gpu`, `GPU_I_ID` and `GPU_I_PROFILE`;
     oomwatch watches it as index 1000 * (card + 1) + n, so `oomwatch_gpu_info` carries dcgm's three for joins."""
-    from daemon.model import GpuInfo
-    from exporters.metrics import dcgm_labels
+    from oomwatch.exporters.metrics import dcgm_labels
+    from oomwatch.model import GpuInfo
 
     mig = GpuInfo(2001, "NVIDIA H200 MIG 3g.71gb", "MIG-abc", 71 << 30, True, mig_parent=1, mig_instance="gi2/ci0")
     assert dcgm_labels(mig) == ("1", "2", "3g.71gb")

@@ -16,10 +16,10 @@ import sys
 import pytest
 from proctree import Node, Tree
 
-from daemon.analysis.hostmem import server_processes
-from daemon.analysis.processes import GroupTracker, classify
-from daemon.model import GpuInfo, GpuSample, Sample
-from daemon.sources.processes import ProcessScanner
+from oomwatch.analysis.hostmem import server_processes
+from oomwatch.analysis.processes import GroupTracker, classify
+from oomwatch.model import GpuInfo, GpuSample, Sample
+from oomwatch.sources.processes import ProcessScanner
 
 psutil = pytest.importorskip("psutil")
 GB = 1_000_000_000
@@ -50,7 +50,7 @@ def scan(*pid_sets):
 
 def analyze(sc, cards: list[list[tuple[int, float]]], seconds: float = 3.0):
     """Run the analysis on cards whose holders hold the given bytes (flat), with the scanned tree."""
-    from daemon.analysis.analyzer import Analyzer
+    from oomwatch.analysis.analyzer import Analyzer
 
     a = Analyzer([GpuInfo(i, "H200", f"GPU-{i}", TOTAL) for i in range(len(cards))])
     for p in sc.known.values():
@@ -259,8 +259,8 @@ _IN_NS = r"""
 import json, os, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 mode = sys.argv[2]
-from daemon.sources.processes import ProcessScanner
-from daemon.analysis.processes import classify
+from oomwatch.sources.processes import ProcessScanner
+from oomwatch.analysis.processes import classify
 sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
 if mode == "server-is-pid1":  # `docker run image vllm serve ...`: the entrypoint is the server
     ws = [subprocess.Popen(sleep) for _ in range(2)]

@@ -20,10 +20,10 @@ TRACE = os.path.join(ROOT, "bench", "results", "gpu_live_birth_leak.jsonl")
 
 
 def test_a_leak_from_birth_pages_live_with_discovery_on_and_no_engine():
-    from daemon.config import DaemonConfig
-    from daemon.sampler import Sampler
-    from daemon.sources.nvml import NvmlSource
-    from daemon.sources.processes import ProcessScanner
+    from oomwatch.config import DaemonConfig
+    from oomwatch.sampler import Sampler
+    from oomwatch.sources.nvml import NvmlSource
+    from oomwatch.sources.processes import ProcessScanner
 
     with open(TRACE, encoding="utf-8") as f:
         lines = [json.loads(x) for x in f if x.strip()]

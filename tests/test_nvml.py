@@ -2,8 +2,8 @@
 
 import pytest
 
-from daemon.sources.nvml import NvmlSource, NvmlUnavailable
 from fake_nvml import NVML_VALUE_NOT_AVAILABLE, FakeNvml
+from oomwatch.sources.nvml import NvmlSource, NvmlUnavailable
 
 
 def test_reads_v2_memory_and_processes():
@@ -63,7 +63,7 @@ def test_daemon_never_imports_torch():
     import sys
 
     code = (
-        "import sys, daemon.cli, daemon.sampler, daemon.sources.nvml, exporters.metrics;"
+        "import sys, oomwatch.cli, oomwatch.sampler, oomwatch.sources.nvml, oomwatch.exporters.metrics;"
         "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','cupy')]; print(bad); sys.exit(bool(bad))"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
@@ -94,7 +94,7 @@ def _mig_card(nv, i=0):
 
 
 def test_mig_instances_are_watched_each_with_its_own_memory_and_labels():
-    from daemon.sources.nvml import MIG_INDEX_BASE
+    from oomwatch.sources.nvml import MIG_INDEX_BASE
 
     nv = FakeNvml(cards=2)
     _mig_card(nv, 0)
@@ -115,8 +115,8 @@ def test_mig_instances_are_watched_each_with_its_own_memory_and_labels():
 
 def test_mig_instance_near_its_own_limit_is_judged_against_it():
     """60 of 71 GB in the instance is 85 % full, although the card is at 43 %: the analysis sees the instance."""
-    from daemon.analysis.analyzer import Analyzer
-    from daemon.model import Sample
+    from oomwatch.analysis.analyzer import Analyzer
+    from oomwatch.model import Sample
 
     nv = FakeNvml(cards=1)
     _mig_card(nv)
@@ -137,8 +137,8 @@ def test_mig_instance_near_its_own_limit_is_judged_against_it():
     ],
 )
 def test_mig_unreadable_falls_back_to_the_card_and_says_why(fail, why):
-    from daemon.analysis.analyzer import Analyzer
-    from daemon.model import Sample
+    from oomwatch.analysis.analyzer import Analyzer
+    from oomwatch.model import Sample
 
     nv = FakeNvml(cards=1)
     nv.cards[0]["mig"] = [] if fail is None else nv.cards[0].get("mig", [])

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from daemon.errors import NvmlUnavailable, OomwatchError
-from daemon.sources import nvml as nvml_mod
-from daemon.sources.nvml import NvmlSource
 from fake_nvml import NVML_ERROR_GPU_IS_LOST, FakeNvml, NVMLError
+from oomwatch.errors import NvmlUnavailable, OomwatchError
+from oomwatch.sources import nvml as nvml_mod
+from oomwatch.sources.nvml import NvmlSource
 
 
 @pytest.fixture(autouse=True)

@@ -19,10 +19,10 @@ sys.path.insert(0, ROOT)
 
 from bench import detection as D  # noqa: E402, N812
 from bench.scenarios import FAST  # noqa: E402
-from daemon.analysis.analyzer import Analyzer  # noqa: E402
-from daemon.config import AlertTiming, AnalysisConfig  # noqa: E402
-from daemon.model import Sample  # noqa: E402
-from daemon.trace import parse_header, parse_line  # noqa: E402
+from oomwatch.analysis.analyzer import Analyzer  # noqa: E402
+from oomwatch.config import AlertTiming, AnalysisConfig  # noqa: E402
+from oomwatch.model import Sample  # noqa: E402
+from oomwatch.trace import parse_header, parse_line  # noqa: E402
 
 PAGE = "GPUOOMImminent"
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
@@ -47,7 +47,7 @@ def check_pages_hold_their_forecast(item: str) -> tuple[int, list[str]]:
         if rec is None:
             continue
         if not isinstance(rec, Sample):
-            from daemon.feed import feed
+            from oomwatch.feed import feed
 
             feed(an, [rec])
             continue

@@ -20,7 +20,7 @@ def replay_plot(trace, png):
     from PIL import Image
 
     r = subprocess.run(
-        [sys.executable, "-m", "daemon", "replay", str(trace), "--json", "--plot", str(png)],
+        [sys.executable, "-m", "oomwatch", "replay", str(trace), "--json", "--plot", str(png)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -94,7 +94,7 @@ def test_plot_without_matplotlib_is_one_line(tmp_path):
     code = (
         "import sys, builtins; real = builtins.__import__\n"
         "def imp(n, *a, **k):\n    if n.startswith('matplotlib'): raise ImportError(n)\n    return real(n, *a, **k)\n"
-        "builtins.__import__ = imp\nfrom daemon.cli import main\n"
+        "builtins.__import__ = imp\nfrom oomwatch.cli import main\n"
         f"sys.exit(main(['replay', {example('spike.jsonl')!r}, '--plot', {str(tmp_path / 'x.png')!r}]))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -2,7 +2,7 @@
 
 import os
 
-from daemon.sources.kubernetes import PodDirectory, PodRef, from_env, pod_of, pod_uid
+from oomwatch.sources.kubernetes import PodDirectory, PodRef, from_env, pod_of, pod_uid
 
 UID = "1b2c3d4e-0000-1111-2222-333344445555"
 CGROUPFS = f"12:memory:/kubepods/burstable/pod{UID}/0123456789abcdef\n"

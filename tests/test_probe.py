@@ -1,7 +1,7 @@
 """The in-process allocator probe (daemon/probe/) against a fake torch injected into sys.modules.
 
 The fake stands for what cannot run here (a CUDA device); everything else is real: the thread, the files,
-fork, the .pth start hook in a fresh interpreter, and the cost of `import daemon.probe`.
+fork, the .pth start hook in a fresh interpreter, and the cost of `import oomwatch.probe`.
 """
 
 import json
@@ -69,7 +69,7 @@ def fake_torch(monkeypatch):
 
 @pytest.fixture
 def probe_mod():
-    from daemon import probe
+    from oomwatch import probe
 
     yield probe
     probe.stop()
@@ -162,7 +162,7 @@ def test_a_forked_child_writes_its_own_file(tmp_path):
     code = textwrap.dedent(f"""
         import os, sys, time, types
         mod = types.ModuleType("torch"); exec({FAKE_TORCH!r}, mod.__dict__); sys.modules["torch"] = mod
-        from daemon import probe
+        from oomwatch import probe
         p = probe.start({str(tmp_path)!r}, 0.05)
         pid = os.fork()
         if pid == 0:
@@ -181,14 +181,14 @@ def test_a_forked_child_writes_its_own_file(tmp_path):
 
 def test_importing_the_probe_loads_nothing_of_the_daemon():
     code = (
-        "import sys, daemon.probe, daemon.probe.autostart, daemon.probe.vllm; "
-        "print(sorted(m for m in sys.modules if m.startswith(('numpy', 'daemon', 'prometheus', 'psutil'))))"
+        "import sys, oomwatch.probe, oomwatch.probe.autostart, oomwatch.probe.vllm; "
+        "print(sorted(m for m in sys.modules if m.startswith(('numpy', 'oomwatch', 'prometheus', 'psutil'))))"
     )
     r = _run_python(code, {"OOMWATCH_PROBE": ""})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "['daemon', 'daemon.probe', 'daemon.probe.autostart', 'daemon.probe.vllm']"
+    assert r.stdout.strip() == "['oomwatch', 'oomwatch.probe', 'oomwatch.probe.autostart', 'oomwatch.probe.vllm']"
     # ... while the package's public names still resolve (PEP 562)
-    r = _run_python("import daemon; print(daemon.Analyzer.__name__, daemon.Sample.__name__)", timeout=60)
+    r = _run_python("import oomwatch; print(oomwatch.Analyzer.__name__, oomwatch.Sample.__name__)", timeout=60)
     assert r.stdout.split() == ["Analyzer", "Sample"], r.stderr
 
 
@@ -209,7 +209,7 @@ def _run_python(code, env=None, timeout=30):
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})),
+        env=dict(os.environ, **(env or {})),
     )
 
 
@@ -219,7 +219,7 @@ def _run_with_pth(site, body, env):
 
 def test_pth_hook_costs_nothing_when_unset(tmp_path):
     site = _pth_site(tmp_path)
-    code = "import sys; print('daemon.probe' in sys.modules, [type(f).__name__ for f in sys.meta_path])"
+    code = "import sys; print('oomwatch.probe' in sys.modules, [type(f).__name__ for f in sys.meta_path])"
     r = _run_with_pth(site, code, {"OOMWATCH_PROBE": ""})
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("False") and "TorchWatch" not in r.stdout
@@ -256,7 +256,7 @@ def test_pth_hook_starts_the_probe_once_torch_is_imported(tmp_path):
 
 
 def test_vllm_plugin_entry_is_gated(fake_torch, probe_mod, tmp_path, monkeypatch):
-    from daemon.probe import vllm as plugin
+    from oomwatch.probe import vllm as plugin
 
     monkeypatch.setenv("OOMWATCH_PROBE_DIR", str(tmp_path))
     monkeypatch.delenv("OOMWATCH_PROBE", raising=False)
@@ -272,8 +272,8 @@ def test_entry_point_and_pth_are_declared():
 
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         pp = tomllib.load(f)
-    assert pp["project"]["entry-points"]["vllm.general_plugins"]["oomwatch_probe"] == "daemon.probe.vllm:register"
-    assert "daemon.probe" in pp["tool"]["setuptools"]["packages"]
+    assert pp["project"]["entry-points"]["vllm.general_plugins"]["oomwatch_probe"] == "oomwatch.probe.vllm:register"
+    assert "oomwatch.probe" in pp["tool"]["setuptools"]["packages"]
 
 
 @pytest.mark.slow
@@ -324,7 +324,7 @@ def test_the_wheel_installs_the_pth_into_site_packages_and_it_works(tmp_path):
     probes = tmp_path / "probes"
     probes.mkdir()
     code = (
-        "import os, sys, time; loaded = 'daemon.probe' in sys.modules; import torch; time.sleep(0.5); "
+        "import os, sys, time; loaded = 'oomwatch.probe' in sys.modules; import torch; time.sleep(0.5); "
         f"print(loaded, os.listdir({str(probes)!r}))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -345,7 +345,7 @@ def test_the_wheel_installs_the_pth_into_site_packages_and_it_works(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("True [") and ".json'" in r.stdout, r.stdout + r.stderr
     r = subprocess.run(
-        [py, "-c", "import sys; print('daemon' in sys.modules)"],
+        [py, "-c", "import sys; print('oomwatch' in sys.modules)"],
         capture_output=True,
         text=True,
         timeout=60,

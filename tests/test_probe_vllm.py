@@ -15,8 +15,8 @@ import pytest
 import test_vllm_real
 
 from conftest import ROOT
-from daemon.model import GpuInfo
-from daemon.sources.allocator import AllocatorSource
+from oomwatch.model import GpuInfo
+from oomwatch.sources.allocator import AllocatorSource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 VPY = test_vllm_real.VPY
@@ -38,7 +38,7 @@ def probe_env(tmp_path_factory):
         text=True,
         timeout=120,
     )
-    if "daemon.probe.vllm:register" not in r.stdout:
+    if "oomwatch.probe.vllm:register" not in r.stdout:
         pytest.skip(f"oomwatch is not installed in {VPY}: run `{VPY} -m pip install --no-deps {ROOT}` (.ci/run does)")
     d = tmp_path_factory.mktemp("probes")
     with pytest.MonkeyPatch.context() as mp:

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from conftest import stop_process
-from daemon.analysis.processes import classify
-from daemon.model import ProcInfo
-from daemon.sources.processes import ProcessScanner, container_id, container_id_in, describe, listening_pid
+from oomwatch.analysis.processes import classify
+from oomwatch.model import ProcInfo
+from oomwatch.sources.processes import ProcessScanner, container_id, container_id_in, describe, listening_pid
 
 psutil = pytest.importorskip("psutil")
 
@@ -160,8 +160,8 @@ def test_container_id_of_self_matches_its_cgroup_file():
 
 
 def test_invisible_pids_give_the_pid_namespace_advice():
-    from daemon.analysis.analyzer import Analyzer
-    from daemon.model import GpuInfo, GpuSample, Sample
+    from oomwatch.analysis.analyzer import Analyzer
+    from oomwatch.model import GpuInfo, GpuSample, Sample
 
     a = Analyzer([GpuInfo(0, "g", "u", 100 << 30)])
     a.add_proc(ProcInfo(4242, visible=False, alive=False))

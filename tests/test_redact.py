@@ -1,6 +1,6 @@
 import pytest
 
-from daemon.redact import REDACTED, redact_args, short_cmdline
+from oomwatch.redact import REDACTED, redact_args, short_cmdline
 
 SECRETS = ("s3cret", "abc", "hf_abcdefghijklmnop", "sk-1234567890abcdef", "xyz")
 ARGS = [
@@ -56,7 +56,7 @@ def test_short_cmdline_is_short_and_never_full():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from daemon.redact import redact_text, redact_url  # noqa: E402
+from oomwatch.redact import redact_text, redact_url  # noqa: E402
 
 SHAPES = [
     (["sh", "-c", "exec vllm serve m --api-key S3CR3Tx --port 8000"], "S3CR3Tx"),
@@ -116,7 +116,7 @@ def test_redact_url():
 
 
 def test_engine_names_and_snapshots_never_carry_url_credentials():
-    from daemon.sources.engines import EngineSource
+    from oomwatch.sources.engines import EngineSource
 
     e = EngineSource("http://alice:s3cret@127.0.0.1:9/metrics?token=t0k", timeout_s=0.2, retries=0)
     s = e.scrape()

@@ -9,9 +9,9 @@ import json
 
 import synth
 from conftest import example, shared
-from daemon.analysis.analyzer import Analyzer
-from daemon.feed import replay_trace
-from daemon.report import card_line, render
+from oomwatch.analysis.analyzer import Analyzer
+from oomwatch.feed import replay_trace
+from oomwatch.report import card_line, render
 
 
 def test_a_card_whose_leaking_process_just_exited_is_not_called_idle():
@@ -58,7 +58,7 @@ def test_replay_json_has_phase_verdict_and_episodes():
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "daemon", "replay", "--json", example("tp_imbalance.jsonl")],
+        [sys.executable, "-m", "oomwatch", "replay", "--json", example("tp_imbalance.jsonl")],
         capture_output=True,
         text=True,
         timeout=120,

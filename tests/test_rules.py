@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from conftest import ROOT, need_binary
-from daemon.config import ALERTS, RULE_ONLY_ALERTS, AnalysisConfig, DaemonConfig, runbook_url
+from oomwatch.config import ALERTS, RULE_ONLY_ALERTS, AnalysisConfig, DaemonConfig, runbook_url
 
 RULES = os.path.join(ROOT, "rules")
 

@@ -25,8 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.scenarios import FAST, SCENARIOS  # noqa: E402
-from daemon.model import ProcInfo, Sample  # noqa: E402
-from daemon.trace import read_trace  # noqa: E402
+from oomwatch.model import ProcInfo, Sample  # noqa: E402
+from oomwatch.trace import read_trace  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 
@@ -208,7 +208,7 @@ def test_truth_matches_the_curve(name):
 
 
 def test_sample_records_parse_as_the_analysis_reads_them():
-    from daemon.trace import parse_line
+    from oomwatch.trace import parse_line
 
     recs = SCENARIOS["start_7b_l4_warm_disk"].build().records()
     next(recs)

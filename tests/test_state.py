@@ -8,9 +8,9 @@ import numpy as np
 
 import synth
 from conftest import example, free_port
-from daemon import state
-from daemon.analysis.analyzer import Analyzer
-from daemon.model import GpuInfo
+from oomwatch import state
+from oomwatch.analysis.analyzer import Analyzer
+from oomwatch.model import GpuInfo
 
 
 def _fed(seconds=120.0, info=None):
@@ -61,8 +61,8 @@ def test_a_corrupt_or_foreign_file_is_set_aside_with_one_line(tmp_path, caplog):
 
 
 def test_the_daemon_writes_its_state_on_exit(tmp_path):
-    from daemon.config import DaemonConfig
-    from daemon.run import run
+    from oomwatch.config import DaemonConfig
+    from oomwatch.run import run
 
     d = str(tmp_path / "state")
     cfg = DaemonConfig(listen=f"127.0.0.1:{free_port()}", replay=example("staircase.jsonl"), speed=20.0, state_dir=d)

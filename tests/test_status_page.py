@@ -60,9 +60,9 @@ def test_page_shows_every_card_updates_and_reports_a_down_source(tmp_path):
 
 
 def _replayed(trace, until):
-    from daemon.config import DaemonConfig
-    from daemon.sampler import Sampler
-    from daemon.sources.replay import ReplaySource
+    from oomwatch.config import DaemonConfig
+    from oomwatch.sampler import Sampler
+    from oomwatch.sources.replay import ReplaySource
 
     clock = [0.0]
     s = Sampler(DaemonConfig(replay=trace), ReplaySource(trace), clock=lambda: clock[0])
@@ -71,7 +71,7 @@ def _replayed(trace, until):
 
 
 def test_status_json_history_counts_seconds_back_from_now():
-    from exporters.status import status
+    from oomwatch.exporters.status import status
 
     s, clock = _replayed(example("staircase.jsonl"), 0)
     clock[0] = 60.0
@@ -125,7 +125,7 @@ def test_a_published_snapshot_never_changes_afterwards():
 
 def test_status_carries_phase_verdict_episodes_and_the_longer_windows():
     """Issue: the page shows the longer windows (15 min, 6 h, 7 d) and the episodes, not only 15 minutes."""
-    from exporters.status import history, routes, status
+    from oomwatch.exporters.status import history, routes, status
 
     s, clock = _replayed(example("tp_imbalance.jsonl"), 0)
     clock[0] = 120.0  # past the end of the trace: GPU 1's leak fired, then its process exited

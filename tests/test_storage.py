@@ -11,13 +11,13 @@ import pytest
 from test_cli import one_line_exit_2, oomwatch
 
 from conftest import daemon_run_argv, example, free_port, stop_process
-from daemon import state
-from daemon.config import DaemonConfig
-from daemon.errors import UsageError
-from daemon.flight import FlightDumps
-from daemon.model import GpuInfo, GpuSample, ProcInfo, Sample
-from daemon.run import check
-from exporters.recorder import MIN_PROCS_KEPT, FlightRecorder
+from oomwatch import state
+from oomwatch.config import DaemonConfig
+from oomwatch.errors import UsageError
+from oomwatch.exporters.recorder import MIN_PROCS_KEPT, FlightRecorder
+from oomwatch.flight import FlightDumps
+from oomwatch.model import GpuInfo, GpuSample, ProcInfo, Sample
+from oomwatch.run import check
 
 UNWRITABLE = "/proc/oomwatch-cannot-be-made"  # even root cannot make a folder in /proc
 
@@ -59,7 +59,7 @@ def test_one_daemon_per_state_folder(tmp_path):
 def test_state_writes_use_unique_temporary_names(tmp_path, monkeypatch):
     """Two writers (the minute's save and a SIGHUP's) must not share one temporary file."""
     import synth
-    from daemon.analysis.analyzer import Analyzer
+    from oomwatch.analysis.analyzer import Analyzer
 
     names = []
     real = os.replace

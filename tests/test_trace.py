@@ -6,9 +6,9 @@ import os
 import pytest
 
 from conftest import example
-from daemon.model import GpuInfo, GpuSample, ProcInfo, Sample
-from daemon.trace import TraceError, read_trace
-from exporters.recorder import FlightRecorder, TraceRecorder
+from oomwatch.exporters.recorder import FlightRecorder, TraceRecorder
+from oomwatch.model import GpuInfo, GpuSample, ProcInfo, Sample
+from oomwatch.trace import TraceError, read_trace
 
 
 def _records(path):
@@ -27,7 +27,7 @@ def test_reads_samples_and_procs_only():
 
 def test_annotations_are_never_inputs(tmp_path):
     """Stripping every annotation must not change a single verdict."""
-    from daemon.cli import main
+    from oomwatch.cli import main
 
     src = example("staircase.jsonl")
     stripped = tmp_path / "stripped.jsonl"

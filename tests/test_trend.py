@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from daemon.analysis.trend import floor_trend, mann_kendall, theil_sen
-from daemon.config import AnalysisConfig
+from oomwatch.analysis.trend import floor_trend, mann_kendall, theil_sen
+from oomwatch.config import AnalysisConfig
 
 CFG = AnalysisConfig()
 

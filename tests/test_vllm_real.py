@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from conftest import free_port, sample_until_engine_found
-from daemon.sources.engines import EngineSource
+from oomwatch.sources.engines import EngineSource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 VPY = os.environ.get("OOMWATCH_VLLM_PYTHON")
@@ -160,7 +160,7 @@ def _under_load(src, vllm):
 
 def test_oomwatch_engines_command_against_real_vllm(vllm):
     r = subprocess.run(
-        [sys.executable, "-m", "daemon", "engines", vllm["url"], "--json"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "oomwatch", "engines", vllm["url"], "--json"], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
@@ -168,7 +168,7 @@ def test_oomwatch_engines_command_against_real_vllm(vllm):
 
 
 def test_the_servers_api_key_never_shows(vllm):
-    from daemon.sources.processes import describe
+    from oomwatch.sources.processes import describe
 
     info = describe(vllm["pid"])
     assert "test-secret-key-123" not in " ".join(info.cmdline)
@@ -180,11 +180,11 @@ def test_discovery_finds_the_real_vllm_without_engine_url(vllm):
     the server group listens on and scrapes the real vLLM it finds, as if it had been given."""
     import psutil
 
-    from daemon.config import DaemonConfig
-    from daemon.sampler import Sampler
-    from daemon.sources.nvml import NvmlSource
-    from daemon.sources.processes import ProcessScanner
     from fake_nvml import FakeNvml
+    from oomwatch.config import DaemonConfig
+    from oomwatch.sampler import Sampler
+    from oomwatch.sources.nvml import NvmlSource
+    from oomwatch.sources.processes import ProcessScanner
 
     api = psutil.Process(vllm["pid"])
     cores = [c for c in api.children(recursive=True) if "EngineCore" in " ".join(c.cmdline()) + c.name()]

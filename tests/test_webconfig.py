@@ -13,10 +13,10 @@ import threading
 import pytest
 
 from certs import bcrypt_hash, make_pki
-from conftest import ROOT, example, stop_process
-from exporters import webconfig
-from exporters.server import Handler, PooledHTTPServer
-from exporters.webconfig import WebConfigError, WebConfigHolder, load
+from conftest import example, stop_process
+from oomwatch.exporters import webconfig
+from oomwatch.exporters.server import Handler, PooledHTTPServer
+from oomwatch.exporters.webconfig import WebConfigError, WebConfigHolder, load
 from servers import start_oomwatch
 
 PASSWORD = "s3cret-pa55word"
@@ -210,9 +210,8 @@ def test_basic_auth_without_bcrypt_says_what_to_install(tmp_path, monkeypatch):
 
 def _oomwatch(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OOMWATCH_")}
-    env["PYTHONPATH"] = ROOT
     return subprocess.run(
-        [sys.executable, "-m", "daemon", "run", *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "oomwatch", "run", *args], capture_output=True, text=True, env=env, timeout=60
     )
 
 

@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from daemon import cli, wiring
-from daemon.config import DaemonConfig
-from daemon.sources.nvml import NvmlSource
 from fake_nvml import FakeNvml
+from oomwatch import cli, wiring
+from oomwatch.config import DaemonConfig
+from oomwatch.sources.nvml import NvmlSource
 
 GiB = 1 << 30
 
@@ -46,7 +46,7 @@ def test_run_defaults_are_daemon_config_defaults():
 
 
 def test_run_without_flags_builds_the_default_config():
-    from daemon.commands.run import config_from_args
+    from oomwatch.commands.run import config_from_args
 
     p = cli.build_parser()
     args = cli.apply_env(p.parse_args(["run"]), {}, p)
@@ -63,13 +63,13 @@ def test_cli_is_parsing_and_dispatch_only():
     assert "Sampler" not in src and "NvmlSource" not in src and "TraceRecorder" not in src
     assert set(cli.COMMANDS) == set(cli.subcommands(cli.build_parser()))
     for name in ("run", "replay", "diagnose", "record", "engines", "examples"):
-        mod = __import__(f"daemon.commands.{name}", fromlist=["main"])
+        mod = __import__(f"oomwatch.commands.{name}", fromlist=["main"])
         assert callable(mod.main)
 
 
 def test_record_writes_through_the_daemons_sampler(fake_card, tmp_path, monkeypatch):
     """`oomwatch record` is the sampler with a recorder: samples, the holder's description and its RSS."""
-    from daemon import sampler as sampler_mod
+    from oomwatch import sampler as sampler_mod
 
     built = []
     real = sampler_mod.Sampler.__init__
@@ -100,9 +100,9 @@ def test_state_keeper_uses_the_samplers_lock_method():
     """The state keeper reads the analysis through `Sampler.holding_analysis`, never the private lock."""
     import inspect
 
-    from daemon import run
-    from daemon.sampler import Sampler
-    from daemon.sources.replay import ReplaySource
+    from oomwatch import run
+    from oomwatch.sampler import Sampler
+    from oomwatch.sources.replay import ReplaySource
 
     assert "_lock" not in inspect.getsource(run.StateKeeper) and "_wall_offset" not in inspect.getsource(run)
     cfg = DaemonConfig(replay="example:staircase")
@@ -121,10 +121,10 @@ def test_state_keeper_uses_the_samplers_lock_method():
 
 
 def test_sources_satisfy_the_protocol():
-    from daemon.sources.base import SampleTap, Source
-    from daemon.sources.engines import EngineSource
-    from daemon.sources.processes import ProcessScanner
-    from daemon.sources.replay import ReplaySource
+    from oomwatch.sources.base import SampleTap, Source
+    from oomwatch.sources.engines import EngineSource
+    from oomwatch.sources.processes import ProcessScanner
+    from oomwatch.sources.replay import ReplaySource
 
     for s in (NvmlSource(lib=FakeNvml(cards=1)), ReplaySource("example:staircase"), ProcessScanner()):
         assert isinstance(s, Source), type(s).__name__
@@ -132,8 +132,8 @@ def test_sources_satisfy_the_protocol():
     e = EngineSource("http://127.0.0.1:1")
     assert isinstance(e, Source)
     e.close()
-    from daemon.commands.plot import PlotTap
-    from exporters.plot import Recorder
+    from oomwatch.commands.plot import PlotTap
+    from oomwatch.exporters.plot import Recorder
 
     assert isinstance(PlotTap(Recorder()), SampleTap)
 
@@ -143,7 +143,7 @@ def test_the_snapshot_reads_the_analysis_without_fallbacks():
     (tests/test_tooling.py) instead of exporting an empty value through a `getattr` default."""
     import inspect
 
-    from daemon import snapshot
+    from oomwatch import snapshot
 
     src = inspect.getsource(snapshot)
     assert "getattr(" not in src and "hasattr(" not in src

@@ -11,7 +11,7 @@ before it deploys a single sidecar.
     command.py  `oomwatch backtest`'s parser and command
     tsdb.py     trace -> dcgm-exporter OpenMetrics -> a real Prometheus TSDB (tests, bench, demos)
 
-The Prometheus reader itself is `daemon.sources.prometheus`. The names below load lazily: the CLI imports
+The Prometheus reader itself is `oomwatch.sources.prometheus`. The names below load lazily: the CLI imports
 `command` for every invocation, and that must not pull in the analysis (numpy) for `--help`.
 """
 

@@ -1,8 +1,8 @@
 """One card's backtest: read its curve from Prometheus chunk by chunk, turn it into the records a trace
 gives (a header with one GPU, then samples; no processes: Prometheus has none), and feed them to the
-analysis exactly as `oomwatch replay` does (`daemon.feed.feed` into a fresh `Analyzer`).
+analysis exactly as `oomwatch replay` does (`oomwatch.feed.feed` into a fresh `Analyzer`).
 
-Records are built through `daemon.trace.parse_header`/`parse_line` from trace-shaped lines, so a backtest
+Records are built through `oomwatch.trace.parse_header`/`parse_line` from trace-shaped lines, so a backtest
 sample is the very record a recorded trace would give for the same numbers. Memory is bounded by one chunk
 (at most 10,000 steps) plus the analysis' fixed history: a month of a card is never held at once.
 """

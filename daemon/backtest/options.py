@@ -1,6 +1,6 @@
 """What a backtest is asked to do, and the checks of its flags (`--since 30d`, `--start`, `--step 30s`).
 
-The values are checked here once, for the CLI and for callers of `daemon.backtest.backtest`, so a bad value
+The values are checked here once, for the CLI and for callers of `oomwatch.backtest.backtest`, so a bad value
 is one line naming the flag, before any query is sent.
 """
 

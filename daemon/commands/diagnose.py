@@ -17,7 +17,7 @@ from ..errors import UsageError
 from .plot import PlotTap, draw, plot_recorder
 
 if TYPE_CHECKING:
-    from exporters.plot import Recorder
+    from oomwatch.exporters.plot import Recorder
 
     from ..analysis.analyzer import Analyzer
     from ..sources.nvml import NvmlSource

@@ -11,7 +11,7 @@ from ..errors import UsageError, one_line, show
 from ..model import ProcInfo, RssSample, Sample, SourceStatus
 
 if TYPE_CHECKING:
-    from exporters.plot import Recorder
+    from oomwatch.exporters.plot import Recorder
 
     from ..analysis.analyzer import Analyzer
 
@@ -22,7 +22,7 @@ def plot_recorder(args: argparse.Namespace) -> Recorder | None:
     """Check --plot up front (matplotlib present, file writable) so a long run does not fail at its end."""
     if getattr(args, "plot", None) is None:
         return None
-    from exporters.plot import Recorder
+    from oomwatch.exporters.plot import Recorder
 
     try:
         import matplotlib  # noqa: F401
@@ -45,7 +45,7 @@ def plot_recorder(args: argparse.Namespace) -> Recorder | None:
 def draw(args: argparse.Namespace, a: Analyzer, rec_plot: Recorder | None) -> None:
     if rec_plot is None:
         return
-    from exporters.plot import plot
+    from oomwatch.exporters.plot import plot
 
     try:
         plot(args.plot, a, rec_plot, a.transitions)

@@ -19,8 +19,8 @@ Rules this module keeps, because it lives in someone else's process:
 - a missing or unwritable directory disables it with one log line;
 - after `fork()` (vLLM forks workers) the child restarts the thread and writes its own file.
 
-Loading without code changes: `daemon.probe.vllm.register` (a `vllm.general_plugins` entry point) and
-`daemon.probe.autostart` (a `.pth` start hook), both gated on `OOMWATCH_PROBE=1`.
+Loading without code changes: `oomwatch.probe.vllm.register` (a `vllm.general_plugins` entry point) and
+`oomwatch.probe.autostart` (a `.pth` start hook), both gated on `OOMWATCH_PROBE=1`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The allocator probes' directory: what PyTorch's caching allocator holds in each server process.
 
-Server processes that run the opt-in probe (`daemon.probe`, `OOMWATCH_PROBE=1`) each replace one file,
+Server processes that run the opt-in probe (`oomwatch.probe`, `OOMWATCH_PROBE=1`) each replace one file,
 `<pid>.json` (format `oomwatch-probe/1`), in a directory shared with the daemon (`OOMWATCH_PROBE_DIR`,
 default `/dev/shm/oomwatch`; in a pod, an `emptyDir` mounted in both containers). Every second this source
 reads them all and returns one `AllocSample` per (process, card).
@@ -30,7 +30,7 @@ from ..model import AllocSample, GpuInfo, SourceStatus
 
 log = logging.getLogger("oomwatch.allocator")
 
-FORMAT = "oomwatch-probe/1"  # the probe's format (daemon.probe.FORMAT; not imported: sources stay apart)
+FORMAT = "oomwatch-probe/1"  # the probe's format (oomwatch.probe.FORMAT; not imported: sources stay apart)
 DEFAULT_DIR = "/dev/shm/oomwatch"
 STALE_INTERVALS = 3.0  # a file not replaced for this many of its intervals is from a dead or hung probe
 GONE_INTERVALS = 1.5  # ... or this many, when its PID is not there: a live probe in another PID namespace

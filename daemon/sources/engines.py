@@ -334,7 +334,7 @@ class EngineSource:
         auth: httpx.Auth | None = None,
         verify: ssl.SSLContext | bool = True,
     ):
-        """`auth` and `verify` are httpx's (daemon.credentials.ClientAuth builds them from the credential
+        """`auth` and `verify` are httpx's (oomwatch.credentials.ClientAuth builds them from the credential
         flags); a given `client` is used as it is."""
         self.url = metrics_url(url)  # raises EngineUrlError
         self._auth, self._verify = auth, verify

@@ -8,7 +8,7 @@ metrics), so `oomwatch backtest` reads it from there. Two facts of that API shap
   is not Prometheus' JSON. Errors that every further query would meet too (`fatal`) stop a backtest; the
   others belong to the one card that met them.
 
-Only I/O and parsing here: what the series mean is `daemon.backtest`'s business.
+Only I/O and parsing here: what the series mean is `oomwatch.backtest`'s business.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class PrometheusError(OomwatchError):
 
 
 def redact_url(url: str) -> str:
-    """`url` as it may be shown: no userinfo, no query, and `daemon.redact.redact_url`'s token rules."""
+    """`url` as it may be shown: no userinfo, no query, and `oomwatch.redact.redact_url`'s token rules."""
     from .. import redact
 
     shared = getattr(redact, "redact_url", None)  # landing beside this module; the strip suffices without it

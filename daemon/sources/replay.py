@@ -2,7 +2,7 @@
 
 `ReplaySource.poll(now)` returns what became due since the last poll, at `speed` times real time, so
 the daemon's sampler drives a replay exactly as it drives NVML. Only samples and `proc` lines are read
-(see `daemon.trace`). With `loop`, the trace starts again with its times shifted, so counters and the
+(see `oomwatch.trace`). With `loop`, the trace starts again with its times shifted, so counters and the
 analysis see one continuous run.
 
 One poll returns at most `MAX_RECORDS_PER_POLL` records: at `--speed 1e6 --loop` a poll would otherwise
