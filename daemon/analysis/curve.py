@@ -311,7 +311,14 @@ class CardJudge:
             seen = self._given_back_peak(hist, lc, since, now)
             # (within one settle step: a cycle's peaks differ by a few hundred MB from one round to the next)
             seasonal = ref <= seen + max(cfg.settle_fraction * cap, float(cfg.settle_min_bytes))
-            urgent = self._urgent(eta, eta_lo) and not within and not seasonal
+            # One rule for every climb (a start's, a cycle's, a leak's): urgent only if it is also likely to
+            # go on until the card is full (Gott's delta-t, `start_eta_ratio`): what is left, in time or in
+            # bytes, within 1.5 times what this climb has done since the floor last stood at its lowest. Bytes
+            # as well as time, because the trend's rate lags a fast leak's; the first rising half of a load
+            # cycle pages no more than a start does.
+            base_t, base_b = self._climb_base(t, mn, since, cap)
+            likely = eta <= cfg.start_eta_ratio * (now - base_t) or cap - ref <= cfg.start_eta_ratio * (ref - base_b)
+            urgent = self._urgent(eta, eta_lo) and not within and not seasonal and likely
             if (
                 not urgent
                 and lc.budget is None
@@ -442,6 +449,19 @@ class CardJudge:
             return tr.slope
         near = self.trends[max(shorter)]
         return near.slope if near.significant else 0.0
+
+    def _climb_base(self, t: np.ndarray, mn: np.ndarray, since: float, cap: float) -> tuple[float, float]:
+        """Where the present climb began, (time, bytes): the last time the floor stood at its lowest (within
+        the card's noise, `quiet_fraction`) since the card started serving. A leak's climb began at its onset,
+        a cycle's at its last trough; transients given back on the way leave the floor, and so the climb, as
+        they were."""
+        a = int(np.searchsorted(t, since))
+        if a >= len(t):
+            return float(t[-1]), float(mn[-1])
+        seg = mn[a:]
+        low = float(seg.min())
+        near = np.flatnonzero(seg <= low + self.cfg.quiet_fraction * cap)
+        return float(t[a + int(near[-1])]), low
 
     def _urgent(self, eta: float, eta_lo: float) -> bool:
         """Significant and urgent: the ETA is inside the horizon once the confirmation it will get has run
