@@ -41,6 +41,15 @@ def once() -> float:
     return len(samples) * a.gpus / (time.perf_counter() - t0)
 
 
+def _importable(tree: str) -> str:
+    """What puts `tree`'s analysis on the path: its folders laid out as `oomwatch` (bench/srctree.py), or, for
+    a checkout from before the package was named so, the tree itself (`daemon`)."""
+    lay_out = os.path.join(tree, "bench", "srctree.py")
+    if not os.path.isfile(lay_out):
+        return tree
+    return subprocess.run([sys.executable, lay_out], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def baseline_once() -> float:
     here = os.path.join(os.path.abspath(a.baseline), "bench")
     out = subprocess.run(
@@ -57,7 +66,7 @@ def baseline_once() -> float:
         cwd=here,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.path.abspath(a.baseline)},
+        env={**os.environ, "PYTHONPATH": _importable(os.path.abspath(a.baseline))},
         check=True,
     )
     return json.loads(out.stdout.splitlines()[-1])["gpu_samples_per_second_median"]
