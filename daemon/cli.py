@@ -184,6 +184,60 @@ def _path(v: str) -> str:
     return v
 
 
+def _prometheus_url(v: str) -> str:
+    """A Prometheus API base URL; the message shows it without its credentials."""
+    from .sources.prometheus import PrometheusError, check_url
+
+    try:
+        return check_url(v)
+    except PrometheusError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+MAX_CARDS = 100_000  # a typo beyond this: each card is up to ~2 MiB of analysis history in one process
+
+
+def _cards(v: str) -> int:
+    try:
+        n = int(v)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"not a whole number: {_show(v)}") from None
+    if not 1 <= n <= MAX_CARDS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_CARDS}: {_show(v)}")
+    return n
+
+
+def credential_flags(add: Callable[..., object], kind: str, whom: str) -> None:
+    """The four `--<kind>-*` credential flags (daemon/credentials.py; files, never values: those show in
+    `ps`), defined once for every command that calls out: `run` (Alertmanager and engines), `diagnose` and
+    `engines` (engines). `add` is the parser's add_argument (`run`'s own adds its OOMWATCH_ variable);
+    `ClientAuth.from_args` reads them back as one."""
+    add(
+        f"--{kind}-bearer-token-file",
+        type=_path,
+        metavar="FILE",
+        help=f"send `Authorization: Bearer` with the token in FILE to {whom} (read at every call)",
+    )
+    add(
+        f"--{kind}-basic-auth-user",
+        type=_auth_user,
+        metavar="USER",
+        help=f"basic auth user for {whom} (default: the URL's own USER@)",
+    )
+    add(
+        f"--{kind}-basic-auth-password-file",
+        type=_path,
+        metavar="FILE",
+        help=f"basic auth password for {whom}, in FILE (read at every call)",
+    )
+    add(
+        f"--{kind}-ca-file",
+        type=_path,
+        metavar="FILE",
+        help=f"PEM CA bundle that the certificate of {whom} must chain to (instead of the system's)",
+    )
+
+
 # ---- the parser ---------------------------------------------------------------------------------------
 RECORD_INTERVAL_S = 0.05  # `record`'s own period: the 20 Hz of the bundled traces (the daemon samples at 10 Hz)
 TRACE_HELP = "a gpu-memory-trace/1 file, or example:NAME for a bundled one (see `oomwatch examples`)"
@@ -299,33 +353,36 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stop after this many seconds (default: run until SIGTERM or Ctrl-C)",
     )
+    # The central mode (daemon/central/, docs/fleet.md): the fleet's GPU memory from Prometheus, not NVML.
+    run_flag(
+        "--prometheus",
+        type=_prometheus_url,
+        metavar="URL",
+        help="central mode: evaluate every card whose GPU memory series (dcgm-exporter, nvidia_gpu_exporter, "
+        "oomwatch) this Prometheus holds, instead of NVML here",
+    )
+    run_flag(
+        "--selector",
+        metavar="MATCHERS",
+        help='with --prometheus: label matchers narrowing the cards (job="dcgm", Hostname=~"gpu-.*")',
+    )
+    run_flag(
+        "--scrape-interval",
+        type=_interval,
+        metavar="SECONDS",
+        help="with --prometheus: the exporters' scrape interval, read at (default: found from the samples' spacing)",
+    )
+    run_flag(
+        "--max-cards",
+        type=_cards,
+        metavar="N",
+        help=f"with --prometheus: cards evaluated at most; more are counted, not evaluated (default "
+        f"{DaemonConfig.max_cards}; see docs/fleet.md)",
+    )
     # Credentials from files (never as values: those show in `ps`), checked at start (daemon/credentials.py),
     # and TLS and basic auth for oomwatch's own endpoints (exporters/webconfig.py); see docs/security.md.
     for kind, whom in (("alertmanager", "each --alertmanager-url"), ("engine", "each --engine-url")):
-        run_flag(
-            f"--{kind}-bearer-token-file",
-            type=_path,
-            metavar="FILE",
-            help=f"send `Authorization: Bearer` with the token in FILE to {whom} (read at every call)",
-        )
-        run_flag(
-            f"--{kind}-basic-auth-user",
-            type=_auth_user,
-            metavar="USER",
-            help=f"basic auth user for {whom} (default: the URL's own USER@)",
-        )
-        run_flag(
-            f"--{kind}-basic-auth-password-file",
-            type=_path,
-            metavar="FILE",
-            help=f"basic auth password for {whom}, in FILE (read at every call)",
-        )
-        run_flag(
-            f"--{kind}-ca-file",
-            type=_path,
-            metavar="FILE",
-            help=f"PEM CA bundle that the certificate of {whom} must chain to (instead of the system's)",
-        )
+        credential_flags(run_flag, kind, whom)
     run_flag(
         "--web-config-file",
         type=_path,
@@ -388,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not probe the ports the GPU server processes listen on for an engine's /metrics",
     )
+    credential_flags(d.add_argument, "engine", "each --engine-url")
     d.add_argument("--json", action="store_true", help="print the summary as one JSON object instead of prose")
     d.add_argument("--plot", metavar="FILE.png", help="also draw one annotated chart per card (needs matplotlib)")
 
@@ -443,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="the whole command's time limit: every endpoint is read at once within it (default 3)",
     )
+    credential_flags(e.add_argument, "engine", "each URL")
 
     from .backtest.command import add_parser as add_backtest
 

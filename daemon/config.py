@@ -383,6 +383,23 @@ class SamplerTiming:
 
 
 @dataclass(frozen=True)
+class CentralConfig:
+    """The central mode (`oomwatch run --prometheus URL`, daemon/central/): one evaluator over the GPU memory
+    series a cluster's Prometheus already keeps. (The card cap and the scrape interval are flags:
+    `DaemonConfig.max_cards`, `DaemonConfig.scrape_interval`.)"""
+
+    backfill_s: float = 900.0  # the first read takes the last 15 min (the analysis' finest history level), so a
+    # card that is already leaking is judged at once, not after a warm-up of the central process
+    default_scrape_s: float = 15.0  # the read period until the samples' spacing is known (the common interval)
+    min_read_window_s: float = 60.0  # each read looks back at least this far: a scrape that landed late (a slow
+    # target, Prometheus' own ingestion) is still read, and each sample is fed once (by its timestamp)
+    interval_change: float = 0.2  # the read period follows the scrape interval found once it differs this much
+    stale_s: float = 300.0  # a card without a new sample this long is gone (Prometheus' own lookback is 5 min):
+    # its alerts resolve and it is no longer watched
+    timeout_s: float = 10.0  # one read of the fleet; a read slower than this is Prometheus failing, said as such
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     """Everything `oomwatch run` needs; each field is a flag and an `OOMWATCH_<NAME>` variable."""
 
@@ -416,6 +433,14 @@ class DaemonConfig:
     # where server processes' allocator probes write (oomwatch.probe); "" turns reading them off
     probe_dir: str = field(default_factory=lambda: env_default("probe_dir", "/dev/shm/oomwatch"))
     probe_interval: float = 1.0  # the probes write once a second; reading faster finds nothing new
+    # central mode (daemon/central/, docs/fleet.md): read a fleet's GPU memory from Prometheus instead of NVML
+    prometheus: str | None = None
+    selector: str = ""  # label matchers narrowing the cards read (`job="dcgm"`, `Hostname=~"gpu-.*"`)
+    scrape_interval: float | None = None  # the exporters' scrape interval; None: found from the samples' spacing
+    max_cards: int = 256  # cards evaluated at most. Each costs ~0.3 ms of CPU per scrape, 18 series and its
+    # analysis history (0.8 MiB after an hour, up to ~2 MiB once the 7-day level fills): 256 cards are ~70 ms per
+    # read, ~4,600 series and under 0.5 GiB. Cards beyond are counted (oomwatch_fleet_cards{state="over_cap"})
+    central: CentralConfig = field(default_factory=CentralConfig)
 
 
 def env_default(name: str, default: str) -> str:

@@ -116,6 +116,18 @@ class ClientAuth:
     basic_auth_password_file: str | None = None
     ca_file: str | None = None
 
+    @classmethod
+    def from_args(cls, args: object, kind: str) -> ClientAuth:
+        """The `--<kind>-*` credential flags of parsed arguments (cli.credential_flags) as one ClientAuth;
+        a command without them gets none."""
+        return cls(
+            f"--{kind}",
+            bearer_token_file=getattr(args, f"{kind}_bearer_token_file", None),
+            basic_auth_user=getattr(args, f"{kind}_basic_auth_user", None),
+            basic_auth_password_file=getattr(args, f"{kind}_basic_auth_password_file", None),
+            ca_file=getattr(args, f"{kind}_ca_file", None),
+        )
+
     def _user(self, url: str) -> str | None:
         if self.basic_auth_user:
             return self.basic_auth_user

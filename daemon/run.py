@@ -26,7 +26,7 @@ from .errors import UsageError
 if TYPE_CHECKING:
     from .sampler import Sampler
 
-__all__ = ["StateKeeper", "check", "on_signals", "run", "writable_dir"]
+__all__ = ["StateKeeper", "check", "on_signals", "run", "serve_http", "web_config", "writable_dir"]
 
 log = logging.getLogger("oomwatch")
 
@@ -97,7 +97,7 @@ def writable_dir(flag: str, folder: str) -> None:
         raise UsageError(f"{flag} {folder}: cannot write there: {getattr(e, 'strerror', None) or e}") from None
 
 
-def _web_config(cfg: DaemonConfig) -> Any:
+def web_config(cfg: DaemonConfig) -> Any:
     """The `--web-config-file` holder (exporters/webconfig.py), or None; WebConfigError: one line, exit 2."""
     if not cfg.web_config_file:
         return None
@@ -107,11 +107,19 @@ def _web_config(cfg: DaemonConfig) -> Any:
 
 
 def _serve(cfg: DaemonConfig, sampler: Sampler, web: Any = None) -> tuple[Any, Any]:
+    return serve_http(cfg, lambda: sampler.snapshot, web)
+
+
+def serve_http(
+    cfg: DaemonConfig, get_snapshot: Callable[[], Any], web: Any = None, registry: Any = None
+) -> tuple[Any, Any]:
+    """/metrics (the daemon's, or `registry`), the status page over `get_snapshot` and /healthz on
+    `cfg.listen`; an address that cannot be bound is one line (UsageError)."""
     from oomwatch.exporters.metrics import serve
     from oomwatch.exporters.status import routes as status_routes
 
     try:
-        httpd, thread = serve(cfg.listen, lambda: sampler.snapshot, status_routes(lambda: sampler.snapshot), web=web)
+        httpd, thread = serve(cfg.listen, get_snapshot, status_routes(get_snapshot), web=web, registry=registry)
     except (OSError, OverflowError, UnicodeError, ValueError, TypeError) as e:  # taken, no such host, port > 65535,
         # a host name that cannot be encoded (socket raises TypeError for that)
         raise UsageError(f"cannot listen on {cfg.listen}: {getattr(e, 'strerror', None) or e}") from None
@@ -124,8 +132,12 @@ def run(cfg: DaemonConfig, duration: float | None = None, stop: threading.Event 
     A replay that ends (without `loop`) does not stop it: the sampler says so and /metrics keeps serving
     the last state, so a demo or a test can still read it.
     """
+    if cfg.prometheus:  # the central mode: the fleet from Prometheus instead of NVML (daemon/central/)
+        from .central.run import run_central
+
+        return run_central(cfg, duration, stop)
     check(cfg)
-    web = _web_config(cfg)  # before anything starts: a bad file is one line, exit 2
+    web = web_config(cfg)  # before anything starts: a bad file is one line, exit 2
     scheme = web.scheme if web is not None else "http"
     state_lock = _lock_state(cfg)  # UsageError: one line (another daemon holds the folder)
     try:

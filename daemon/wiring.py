@@ -23,14 +23,25 @@ from .config import DaemonConfig
 from .errors import UsageError
 
 if TYPE_CHECKING:
+    from oomwatch.exporters.alertmanager import AlertmanagerPusher
     from oomwatch.exporters.recorder import TraceRecorder
 
+    from .central.central import Central
     from .sampler import Sampler
     from .sources.base import SampleTap
     from .sources.nvml import NvmlSource
     from .sources.replay import ReplaySource
 
-__all__ = ["WAIT_SLICE_S", "build_sampler", "open_recorder", "open_source", "server_pids", "watch"]
+__all__ = [
+    "WAIT_SLICE_S",
+    "alertmanager_pusher",
+    "build_central",
+    "build_sampler",
+    "open_recorder",
+    "open_source",
+    "server_pids",
+    "watch",
+]
 
 log = logging.getLogger("oomwatch")
 
@@ -93,16 +104,8 @@ def build_sampler(
     recorder: SampleTap | None = tap
     if recorder is None and cfg.record:
         recorder = open_recorder(cfg.record, src, cfg.interval)
-    pusher = flight = None
-    if cfg.alertmanager_url:
-        from oomwatch.exporters.alertmanager import AlertmanagerPusher
-
-        pusher = AlertmanagerPusher(
-            cfg.alertmanager_url,
-            cfg.external_url or f"{scheme}://{cfg.listen}/",
-            cfg.push_interval,
-            credentials=cfg.alertmanager_auth,
-        )
+    pusher = alertmanager_pusher(cfg, scheme)
+    flight = None
     if cfg.flight_dir:
         from oomwatch.exporters.recorder import FlightRecorder
 
@@ -110,6 +113,33 @@ def build_sampler(
     return Sampler(
         cfg, src, engines, None if cfg.replay else ProcessScanner(), recorder, pusher, flight, server_pids(cfg)
     )
+
+
+def alertmanager_pusher(cfg: DaemonConfig, scheme: str = "http") -> AlertmanagerPusher | None:
+    """The Alertmanager pusher `cfg` asks for (`--alertmanager-url`, its credentials), or None."""
+    if not cfg.alertmanager_url:
+        return None
+    from oomwatch.exporters.alertmanager import AlertmanagerPusher
+
+    return AlertmanagerPusher(
+        cfg.alertmanager_url,
+        cfg.external_url or f"{scheme}://{cfg.listen}/",
+        cfg.push_interval,
+        credentials=cfg.alertmanager_auth,
+    )
+
+
+def build_central(cfg: DaemonConfig, scheme: str = "http") -> Central:
+    """The central mode's evaluator (`--prometheus`): a Prometheus reader over `cfg.prometheus` and the same
+    Alertmanager pusher as the daemon's. Nothing runs until its first `read_job()` and `start()`."""
+    from .central.central import Central
+    from .sources.prometheus import PrometheusClient, PrometheusError
+
+    try:
+        client = PrometheusClient(cfg.prometheus or "", cfg.central.timeout_s)
+    except PrometheusError as e:
+        raise UsageError(f"--prometheus: {e}") from None
+    return Central(cfg, client, alertmanager_pusher(cfg, scheme))
 
 
 def watch(stop: threading.Event, duration: float | None, tick: Callable[[], None] | None = None) -> None:

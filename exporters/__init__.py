@@ -5,4 +5,4 @@ Each reads only `oomwatch.snapshot.Snapshot` (or, for the recorders, the records
 none reaches into the analysis.
 """
 
-__all__ = ["alertmanager", "labels", "metrics", "plot", "recorder", "server", "status"]
+__all__ = ["alertmanager", "fleet", "labels", "metrics", "plot", "recorder", "server", "status"]

@@ -146,14 +146,15 @@ class AlertmanagerPusher:
             self._resolved.clear()
 
     def _labels(self, a: AlertView) -> dict[str, Any]:
-        """The alert's labels as the exposition shows them (URLs redacted), plus `node`."""
+        """The alert's labels as the exposition shows them (URLs redacted), plus `node`: this host's, unless
+        the alert names its own (the central mode's alerts carry the node of the card they are about)."""
         labels = {k: shown(str(v)) if k in URL_LABELS else v for k, v in a.labels.items()}
-        return {**labels, NODE_LABEL: self.node}
+        return {NODE_LABEL: self.node, **labels}
 
     def _annotations(self, a: AlertView) -> dict[str, Any]:
         ann = dict(a.annotations)
         if ann.get("summary"):
-            ann["summary"] = f"{self.node}: {ann['summary']}"
+            ann["summary"] = f"{a.labels.get(NODE_LABEL) or self.node}: {ann['summary']}"
         return ann
 
     def close(self) -> None:

@@ -441,16 +441,18 @@ def serve(
     get_snapshot: Callable[[], Snapshot],
     extra_routes: dict[str, Route] | None = None,
     web: WebConfigHolder | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> tuple[PooledHTTPServer, threading.Thread]:
     """Start the HTTP server in a daemon thread; returns (server, thread). Raises OSError if the port is taken.
 
     `/metrics` and `/healthz`, plus `extra_routes` (the status page); see exporters/server.py for its limits.
-    `web`: TLS and basic auth (exporters/webconfig.py)."""
+    `web`: TLS and basic auth (exporters/webconfig.py). `registry`: what /metrics serves, if not the daemon's
+    (the central mode's, exporters/fleet.py)."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
     routes: dict[str, Route] = {"/healthz": lambda: ("text/plain; charset=utf-8", b"ok\n")}
     routes.update(extra_routes or {})
-    handler = type("Handler", (Handler,), {"routes": routes, "registry": make_registry(get_snapshot)})
+    handler = type("Handler", (Handler,), {"routes": routes, "registry": registry or make_registry(get_snapshot)})
     httpd = PooledHTTPServer((host, int(port)), handler, web=web)
     th = threading.Thread(target=httpd.serve_forever, name="oomwatch-http", daemon=True)
     th.start()

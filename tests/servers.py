@@ -149,9 +149,11 @@ class Alertmanager:
 
 
 class Prometheus:
-    def __init__(self, tmp, target, rules, scrape_interval="1s", alertmanager=None, scrape_extra=""):
-        """`scrape_extra`: more of the oomwatch job's scrape config (scheme, tls_config, basic_auth), as YAML
-        lines indented under the job."""
+    def __init__(self, tmp, target, rules, scrape_interval="1s", alertmanager=None, scrape_extra="", jobs=None):
+        """`target`: the oomwatch job's target (or a list of them, one per node); `scrape_extra`: more of the
+        oomwatch job's scrape config (scheme, tls_config, basic_auth), as YAML lines indented under the job;
+        `jobs`: other jobs scraped beside it, {job name: [targets]} (a dcgm-exporter per node)."""
+        targets = [target] if isinstance(target, str) else list(target)
         self.bin = need_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -162,7 +164,11 @@ class Prometheus:
                 f"rule_files:\n"
                 + "".join(f"  - {r}\n" for r in rules)
                 + f"scrape_configs:\n  - job_name: oomwatch\n{scrape_extra}"
-                + f"    static_configs:\n      - targets: ['{target}']\n"
+                + f"    static_configs:\n      - targets: {json.dumps(targets)}\n"
+                + "".join(
+                    f"  - job_name: {name}\n    static_configs:\n      - targets: {json.dumps(list(ts))}\n"
+                    for name, ts in (jobs or {}).items()
+                )
             )
             if alertmanager:
                 f.write(f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\n")

@@ -126,6 +126,9 @@ def test_every_run_flag_is_read_from_its_variable():
         "alertmanager_url": "http://am:9093",
         "external_url": "http://me:9846/",
         "server_cmdline": "vllm",
+        "prometheus": "http://prometheus:9090",
+        "scrape_interval": "15",
+        "max_cards": "10",
     }
     p = build_parser()
     for a in subcommands(p)["run"]._actions:

@@ -129,10 +129,10 @@ def _analyse(
     if total is None:
         res.error = "the card's size is unknown (no free, reserved or total series beside the used one)"
         return
-    index = int(card.gpu) if card.gpu.isdigit() else 0
-    header = parse_header(header_line([GpuInfo(index, card.model, card.uuid, total)], 1.0 / step), "prometheus")
+    gpus = card_gpus(card, total, step)
+    index = gpus[0].index
     t0 = first[0][0]
-    analyzer = Analyzer(header.gpus)
+    analyzer = Analyzer(gpus)
     ooms = OomDetector(index, total, step)
     trans: list[Transition] = []
     last = [t0]
@@ -141,15 +141,7 @@ def _analyse(
         for chunk in _chain(first, points):
             for t, used, free, reserved in chunk:
                 last[0] = t
-                g: dict[str, Any] = {
-                    "i": index,
-                    "used": used,
-                    "free": free,
-                    "reserved": reserved,
-                    "util": None,
-                    "procs": [],
-                }
-                yield parse_line({"t": t - t0, "gpus": [g]})
+                yield sample_record(index, t - t0, used, free, reserved)
 
     res.samples = feed(analyzer, records(), trans.append, ooms.add)
     summary = analyzer.summary()
@@ -163,6 +155,20 @@ def _analyse(
     _restarts(client, card, res.ooms)
     res.verdict = str(summary["gpus"].get(str(index), {}).get("verdict", ""))
     res.episodes = [_shift(ep, t0) for ep in summary["episodes"]]
+
+
+def card_gpus(card: Card, total_bytes: int, step_s: float) -> tuple[GpuInfo, ...]:
+    """The header a trace of this card would carry (one GPU), read through the trace parser like a file's."""
+    index = int(card.gpu) if card.gpu.isdigit() else 0
+    info = GpuInfo(index, card.model, card.uuid, total_bytes)
+    return parse_header(header_line([info], 1.0 / step_s), "prometheus").gpus
+
+
+def sample_record(index: int, t: float, used: int, free: int | None, reserved: int | None) -> object:
+    """The very record a recorded trace gives for these numbers (no utilisation, no processes: Prometheus
+    has none), so the analysis cannot tell a Prometheus card from a trace."""
+    g: dict[str, Any] = {"i": index, "used": used, "free": free, "reserved": reserved, "util": None, "procs": []}
+    return parse_line({"t": t, "gpus": [g]})
 
 
 #: One chunk of a card's curve: (unix s, used, free, reserved) in bytes, None where not read.
@@ -282,4 +288,4 @@ def _restarts(client: PrometheusClient, card: Card, ooms: list[SuspectedOOM]) ->
             o.restarted = after[0][1] > before[0][1]
 
 
-__all__ = ["CardResult", "Stopped", "run_card", "PAGE_ALERT", "LEAK_ALERT"]
+__all__ = ["CardResult", "Stopped", "run_card", "card_gpus", "sample_record", "PAGE_ALERT", "LEAK_ALERT"]

@@ -98,6 +98,11 @@ class Card:
         by = ",".join(k for k, _ in self.identity)
         return f"max by ({by}) ({self.source.metrics[role]}{self.selector()})"
 
+    @property
+    def key(self) -> CardKey:
+        """The card's identity as `series_key` gives it for each of its series."""
+        return (self.source.name, self.identity)
+
     def to_json(self) -> dict[str, object]:
         return {"node": self.node, "gpu": self.gpu, "uuid": self.uuid, "model": self.model, "pod": self.pod}
 
@@ -126,17 +131,12 @@ class _Group:
 
 def cards_from_series(label_sets: list[dict[str, str]]) -> list[Card]:
     """Group `/api/v1/series` answers into cards, sorted by node then GPU."""
-    by_name = {m: (s, role) for s in SOURCES for role, m in s.metrics.items()}
-    found: dict[tuple[str, tuple[tuple[str, str], ...]], _Group] = {}
+    found: dict[CardKey, _Group] = {}
     for ls in label_sets:
-        hit = by_name.get(ls.get("__name__", ""))
+        hit = series_key(ls)
         if hit is None:
             continue
-        src, role = hit
-        ident = {k: ls[k] for k in (src.uuid_label, src.gpu_label, _node_label(src, ls)) if k and ls.get(k)}
-        if not ident:
-            continue
-        key = (src.name, tuple(sorted(ident.items())))
+        src, role, key = hit
         g = found.setdefault(key, _Group(src, key[1], ls))
         g.roles.add(role)
         if any(ls.get(p) for p in POD_LABELS):
@@ -159,6 +159,24 @@ def cards_from_series(label_sets: list[dict[str, str]]) -> list[Card]:
         )
     cards.sort(key=lambda k: (k.node, _natural(k.gpu), k.uuid, k.source.name))
     return cards
+
+
+#: A card's identity: its source's name and the sorted labels its series are selected by.
+CardKey = tuple[str, tuple[tuple[str, str], ...]]
+_BY_NAME = {m: (s, role) for s in SOURCES for role, m in s.metrics.items()}
+
+
+def series_key(labels: dict[str, str]) -> tuple[SourceKind, str, CardKey] | None:
+    """Which source, role (used, free, ...) and card a series is, from its labels (with `__name__`); None for
+    a series that is none of the GPU-memory metrics or carries no identity label."""
+    hit = _BY_NAME.get(labels.get("__name__", ""))
+    if hit is None:
+        return None
+    src, role = hit
+    ident = {k: labels[k] for k in (src.uuid_label, src.gpu_label, _node_label(src, labels)) if k and labels.get(k)}
+    if not ident:
+        return None
+    return src, role, (src.name, tuple(sorted(ident.items())))
 
 
 def _node_label(src: SourceKind, labels: dict[str, str]) -> str | None:

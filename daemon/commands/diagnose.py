@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .. import wiring
 from ..config import DaemonConfig
+from ..credentials import ClientAuth
 from ..errors import UsageError
 from .plot import PlotTap, draw, plot_recorder
 
@@ -27,12 +28,17 @@ __all__ = ["config_from_args", "main"]
 
 
 def config_from_args(args: argparse.Namespace) -> DaemonConfig:
-    return DaemonConfig(
+    """The daemon's config for what diagnose reads; the engine credentials are checked here, as `run` checks
+    them at start (UsageError: one line, exit 2), before anything is opened."""
+    cfg = DaemonConfig(
         interval=args.interval,
         engine_url=tuple(args.engine_url),
         replay=args.replay,
         engine_discovery=not args.no_engine_discovery,
+        engine_auth=ClientAuth.from_args(args, "engine"),
     )
+    cfg.engine_auth.check(cfg.engine_url)
+    return cfg
 
 
 def watch_live(cfg: DaemonConfig, src: NvmlSource | ReplaySource, seconds: float, rec: Recorder | None) -> Analyzer:

@@ -1,5 +1,5 @@
 """`oomwatch engines URL...`: what oomwatch reads from each engine's /metrics, every endpoint read at once
-within --timeout in total."""
+within --timeout in total, with `run`'s engine credential flags (a bearer token, basic auth, a CA)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,15 @@ __all__ = ["main"]
 def main(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from ..credentials import ClientAuth
     from ..sources.engines import EngineSource
 
-    srcs = [EngineSource(u, timeout_s=args.timeout, retries=0) for u in args.urls]  # EngineUrlError: exit 2
+    cred = ClientAuth.from_args(args, "engine")
+    cred.check(args.urls)  # the credential files, as `run` checks them: one line, exit 2
+    verify = cred.verify()
+    srcs = [  # EngineUrlError: exit 2
+        EngineSource(u, timeout_s=args.timeout, retries=0, auth=cred.auth(u), verify=verify) for u in args.urls
+    ]
     for s in srcs:  # all at once, each on its own worker: the command ends within --timeout in total
         s.begin()
     snaps = [s.collect() for s in srcs]

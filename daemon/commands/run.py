@@ -21,20 +21,9 @@ def config_from_args(args: argparse.Namespace) -> DaemonConfig:
     }
     if getattr(args, "no_engine_discovery", False):
         kw["engine_discovery"] = False
-    kw["alertmanager_auth"] = _client_auth(args, "alertmanager")
-    kw["engine_auth"] = _client_auth(args, "engine")
+    kw["alertmanager_auth"] = ClientAuth.from_args(args, "alertmanager")
+    kw["engine_auth"] = ClientAuth.from_args(args, "engine")
     return DaemonConfig(**kw)  # type: ignore[arg-type]
-
-
-def _client_auth(args: argparse.Namespace, kind: str) -> ClientAuth:
-    """The `--<kind>-*` credential flags as one ClientAuth (file names only)."""
-    return ClientAuth(
-        f"--{kind}",
-        bearer_token_file=getattr(args, f"{kind}_bearer_token_file", None),
-        basic_auth_user=getattr(args, f"{kind}_basic_auth_user", None),
-        basic_auth_password_file=getattr(args, f"{kind}_basic_auth_password_file", None),
-        ca_file=getattr(args, f"{kind}_ca_file", None),
-    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -138,16 +138,13 @@ class PrometheusClient:
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
         """One range query (at most `MAX_POINTS_PER_SERIES` points: see `query_range_chunked`)."""
         params = [("query", promql), ("start", _ts(start)), ("end", _ts(end)), ("step", f"{step:g}")]
-        out = []
-        for r in _result(self._get("/api/v1/query_range", params), "matrix", self.shown):
-            ts, vs = [], []
-            for p in r.get("values") or ():
-                v = _value(p)
-                if v is not None:
-                    ts.append(float(p[0]))
-                    vs.append(v)
-            out.append(Series(r.get("metric") or {}, ts, vs))
-        return out
+        return _matrix(self._get("/api/v1/query_range", params), self.shown)
+
+    def query_samples(self, promql: str, at: float) -> list[Series]:
+        """An instant query of a range selector (`metric{...}[5m]`): the raw samples with the times they were
+        scraped at, not a grid of steps (the central mode feeds each scrape once and learns the scrape
+        interval from their spacing)."""
+        return _matrix(self._get("/api/v1/query", [("query", promql), ("time", _ts(at))]), self.shown)
 
     def query_range_chunked(self, promql: str, start: float, end: float, step: float) -> Iterator[list[Series]]:
         """`query_range` over [start, end] in chunks within Prometheus' points limit, one chunk at a time
@@ -206,6 +203,20 @@ def _value(p: Any) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     return v if math.isfinite(v) else None
+
+
+def _matrix(data: Any, shown: str) -> list[Series]:
+    """A matrix result as Series (samples that are not finite numbers dropped, never a 0)."""
+    out = []
+    for r in _result(data, "matrix", shown):
+        ts, vs = [], []
+        for p in r.get("values") or ():
+            v = _value(p)
+            if v is not None:
+                ts.append(float(p[0]))
+                vs.append(v)
+        out.append(Series(r.get("metric") or {}, ts, vs))
+    return out
 
 
 def _result(data: Any, kind: str, shown: str) -> list[dict[str, Any]]:
