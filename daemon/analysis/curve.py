@@ -277,7 +277,7 @@ class CardJudge:
 
         since = lc.serving_since if lc.serving_since is not None else t[0]
         if cyclic:
-            tv = self._troughs(now, t, mn, mx, lc, cap, base)
+            tv = self._troughs(now, hist, lc, cap, base)
             if tv is not None:
                 return tv
         tr, levelled = self._trends(now, hist, since, cap, floor, lc)
@@ -359,7 +359,7 @@ class CardJudge:
         return CurveVerdict(shape, no_headroom=nh, **base)
 
     def _troughs(
-        self, now: float, t: np.ndarray, mn: np.ndarray, mx: np.ndarray, lc: Lifecycle, cap: float, base: dict[str, Any]
+        self, now: float, hist: History, lc: Lifecycle, cap: float, base: dict[str, Any]
     ) -> CurveVerdict | None:
         """A cycling card judged by its troughs: the least memory after each release, cycle over cycle.
 
@@ -367,11 +367,20 @@ class CardJudge:
         the last cycle's peak) fills the card inside the horizon and soon compared with how long they have
         risen, page; a warning without urgency needs Mann-Kendall significance over the troughs (>= 8)."""
         cfg = self.cfg
-        # Troughs while serving: a start's climb and its profile spike are no cycle.
-        t_start = lc.serving_since if lc.serving_since is not None else float(t[0])
-        rel = [r for r in lc.release_times if r >= t_start and r >= t[0]]
+        # Troughs while serving: a start's climb and its profile spike are no cycle. The history level read is
+        # the finest that still holds every release remembered (an hourly cycle's troughs span many hours).
+        t_start = lc.serving_since if lc.serving_since is not None else -math.inf
+        kept = [r for r in lc.release_times if r >= t_start]
+        if len(kept) < 2:
+            return None
+        t, mn, mx, _ = hist.pick(now - min(kept[0], now - 1.0) + cfg.floor_window_s).arrays()
+        if len(t) == 0:
+            return None
+        rel = [r for r in kept if r >= t[0]]
         if len(rel) < 2:
             return None
+        if t_start < t[0]:  # the history no longer reaches back to the start: the part before the first
+            t_start = rel.pop(0)  # release in view is no whole cycle, so its least memory is no trough
         gaps = np.diff(rel)
         if len(gaps) >= 2 and float(np.std(gaps)) > self.cfg.cycle_regularity * float(np.mean(gaps)):
             # Releases at irregular gaps are transients and load given back, not one repeating cycle: the
