@@ -294,7 +294,7 @@ class CardJudge:
         if tr is not None:
             steps = tr.rising_blocks
             ref = max(used, floor + tallest)
-            recent = min(tr.slope, self._recent_slope(tr))
+            recent = min(tr.slope, self._recent_slope(tr, hist, now))
             eta = max(0.0, (cap - ref) / recent) if recent > 0 else math.inf
             eta_lo = max(0.0, (cap - ref) / tr.slope_lo)
             # A rise no taller than an excursion this server already made and gave back (its profile run, a
@@ -443,21 +443,29 @@ class CardJudge:
         before = mx[tt < rel[-1]]
         return float(before.max()) if len(before) else 0.0
 
-    def _recent_slope(self, tr: Trend) -> float:
+    def _recent_slope(self, tr: Trend, hist: History, now: float) -> float:
         """The floor's slope in the next shorter window that was tested on enough blocks and rose enough to be
         judged (0 where its rise is not significant: the growth stopped lately), or the trend's own.
 
         The forecast trusts the recent pace: memory that follows load slows as the load nears its peak, a
-        cache levels off, a leak keeps going."""
+        cache levels off, a leak keeps going. Where the shorter windows were tested on too few blocks (samples
+        15-60 s apart, as a fleet's Prometheus keeps them), the pace is the Theil-Sen slope of the newest
+        `trend_min_blocks` readings of the level that holds the window, each a block of its own."""
         shorter = [
             w
             for w, t in self.trends.items()
             if w < tr.window_s and t.blocks >= self.cfg.trend_min_blocks and t.why_not != "too small"
         ]
-        if not shorter:
+        if shorter:
+            near = self.trends[max(shorter)]
+            return near.slope if near.significant else 0.0
+        if not any(w < tr.window_s and t.blocks < self.cfg.trend_min_blocks for w, t in self.trends.items()):
+            return tr.slope  # the shortest window of all: nothing is more recent than it
+        tt, mn, _, _ = hist.pick(tr.window_s).since(now - tr.window_s)
+        k = self.cfg.trend_min_blocks
+        if len(tt) < 2 * k:  # as many readings as the window's own blocks: no pace newer than the window's
             return tr.slope
-        near = self.trends[max(shorter)]
-        return near.slope if near.significant else 0.0
+        return max(0.0, theil_sen(tt[-k:] - tt[-k], mn[-k:], self.cfg.trend_ci_z)[0])
 
     def _climb_base(self, t: np.ndarray, mn: np.ndarray, since: float, cap: float) -> tuple[float, float]:
         """Where the present climb began, (time, bytes): the last time the floor stood at its lowest (within
