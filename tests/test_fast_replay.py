@@ -71,3 +71,29 @@ def test_sigterm_stops_it_promptly():
         assert time.monotonic() - t0 < 3.0 and rc == 0
     finally:
         stop_process(p)
+
+
+def test_a_loop_plays_every_reading_at_its_time_in_the_pass(tmp_path):
+    """Host RSS readings (and the probes' readings) move with the samples at each pass: left at their first
+    pass' times, the host-RAM trend would see time run back at every loop."""
+    from oomwatch.model import GpuInfo, GpuSample, RssSample, Sample
+    from oomwatch.trace import header_line, rss_line, sample_line
+
+    gpus = [GpuInfo(0, "NVIDIA H200", "GPU-0", 141 << 30)]
+    path = tmp_path / "loop.jsonl"
+    with open(path, "w") as f:
+        f.write(header_line(gpus, 1.0) + "\n")
+        for t in range(5):
+            f.write(sample_line(Sample(float(t), [GpuSample(0, 1 << 30, 140 << 30)])) + "\n")
+            f.write(rss_line(RssSample(float(t) + 0.5, [(42, 1 << 20)])) + "\n")
+    clock = [0.0]
+    src = ReplaySource(str(path), speed=1.0, loop=True, clock=lambda: clock[0])
+    got = []
+    while clock[0] < 12.0:
+        got += src.poll()
+        clock[0] += 0.25
+    rss = [r.t for r in got if isinstance(r, RssSample)]
+    samples = [s.t for s in got if isinstance(s, Sample)]
+    assert src.passes >= 2 and len(rss) > 5
+    assert rss == sorted(rss) and samples == sorted(samples)  # nothing goes back in time at a new pass
+    assert max(rss) > 5.0  # the second pass' readings at its own times

@@ -22,20 +22,22 @@ same numbers (tests/test_trend.py checks against scipy) at a fraction of the cos
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-_PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+#: The index pairs (i < j) of the fit sizes used lately. Bounded: the host-RAM trend fits every size from 20 to
+#: 120 points, and one cached pair list for each (8 n(n-1) bytes) held ~4 MiB of the daemon's RSS; a miss costs
+#: one `triu_indices`, far less than the fit it serves.
+PAIRS_CACHED = 16
 
 
+@functools.lru_cache(maxsize=PAIRS_CACHED)
 def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
-    p = _PAIRS.get(n)
-    if p is None:
-        p = _PAIRS[n] = np.triu_indices(n, 1)
-    return p
+    return np.triu_indices(n, 1)
 
 
 def _var_s(y: np.ndarray) -> float:

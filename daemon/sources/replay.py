@@ -13,6 +13,7 @@ pass of a loop is logged at most once every `LOOP_LOG_EVERY_S`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -78,7 +79,7 @@ class ReplaySource:
         self._loop_logged_at, self._loop_logged_passes = wall, self.passes
 
     def poll(self, now: float | None = None) -> list[object]:
-        """What is due by `now` (wall clock), at most MAX_RECORDS_PER_POLL: Samples (time-shifted), ProcInfos."""
+        """What is due by `now` (wall clock), at most MAX_RECORDS_PER_POLL, each at its time in this pass."""
         now = self.clock() if now is None else now
         if self._start_wall is None:
             self._start_wall = now
@@ -96,9 +97,7 @@ class ReplaySource:
                 self._pending = rec
                 break
             self._t_last = t
-            if isinstance(obj, Sample):
-                obj = Sample(t_play, obj.gpus) if self._offset else obj
-            due.append(obj)
+            due.append(_shifted(obj, self._offset) if self._offset else obj)
         return due
 
     @property
@@ -119,6 +118,18 @@ class ReplaySource:
             if rec is None:
                 return
             yield rec[1]
+
+
+def _shifted(obj: object, offset: float) -> object:
+    """A record of a later pass of the loop, at its time in that pass: samples, host RSS readings and the
+    allocator probes' readings alike (each analysis keeps its own clock; one left behind sees time run back)."""
+    if isinstance(obj, Sample):
+        return Sample(obj.t + offset, obj.gpus)
+    if isinstance(obj, tuple):  # an `alloc` line: one reading per process
+        return tuple(_shifted(x, offset) for x in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and hasattr(obj, "t"):
+        return dataclasses.replace(obj, t=obj.t + offset)
+    return obj  # ProcInfo: a process, not a reading
 
 
 __all__ = ["ReplaySource", "Sample", "GpuSample", "ProcInfo", "TraceError"]
