@@ -239,7 +239,8 @@ class AnalysisConfig:
     dominant_factor: float = 1.5  # ... and the KV pool's is this much larger than any rise before it
     graphs_fraction: float = 0.05  # where a start stops: CUDA graphs add a few % above the KV pool or budget ...
     graphs_min_bytes: int = 3 << 30  # ... and up to 3 GB (vLLM issue 7553: 2.4 GB beyond 0.9), 12% of a 24 GB card
-    start_eta_ratio: float = 1.5  # in a start, page when the ETA is under this many times the climb so far:
+    start_eta_ratio: float = 1.5  # page a climb (a start's, or a serving card's since its floor was lowest)
+    # only when what is left, in time or in bytes, is under this many times the climb so far:
     # a climb that has lasted T goes on for another 1.5 T with odds of T / (T + 1.5 T) = 40% (Gott's Copernican
     # argument: nothing says where in its climb we look at it); fewer pages would land too late to act on
     exit_grace_s: float = 5.0  # memory released this soon after a process went away is its exit, not a spike
