@@ -15,13 +15,13 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from oomwatch.config import node_name
 
-from .metrics import Families, OomwatchCollector, _alerts, _BuildInfo, _gpus, _health, with_node
+from .metrics import Families, OomwatchCollector, _alerts, _gpus, _health, registry_of, with_node
 
 if TYPE_CHECKING:
     from oomwatch.central.view import FleetSnapshot
@@ -110,11 +110,4 @@ class FleetCollector:
 
 def fleet_registry(get_state: Callable[[], FleetSnapshot], process_metrics: bool = True) -> CollectorRegistry:
     """The central's registry: the fleet collector, build info, and the process collectors (as the daemon's)."""
-    reg = CollectorRegistry(auto_describe=True)
-    reg.register(FleetCollector(get_state))
-    reg.register(_BuildInfo())
-    if process_metrics:
-        ProcessCollector(registry=reg)
-        PlatformCollector(registry=reg)
-        GCCollector(registry=reg)
-    return reg
+    return registry_of(FleetCollector(get_state), process_metrics)

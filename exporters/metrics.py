@@ -15,7 +15,7 @@ import logging
 import platform
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, StateSetMetricFamily
@@ -42,6 +42,7 @@ __all__ = [
     "OomwatchCollector",
     "dcgm_labels",
     "make_registry",
+    "registry_of",
     "serve",
     "with_node",
 ]
@@ -414,8 +415,14 @@ def make_registry(get_snapshot: Callable[[], Snapshot], process_metrics: bool = 
     """oomwatch's collector, its build info and (unless `process_metrics` is False, for expositions compared
     byte for byte) prometheus_client's process, platform and GC collectors: the daemon's own RSS, CPU and
     open files are what a sidecar's owner asks about first."""
+    return registry_of(OomwatchCollector(get_snapshot), process_metrics)
+
+
+def registry_of(collector: Any, process_metrics: bool = True) -> CollectorRegistry:
+    """A registry of `collector` with what every oomwatch exposition carries: build info and, unless
+    `process_metrics` is False, the process, platform and GC collectors (the daemon's and the central's)."""
     reg = CollectorRegistry(auto_describe=True)
-    reg.register(OomwatchCollector(get_snapshot))
+    reg.register(collector)
     reg.register(_BuildInfo())
     if process_metrics:
         ProcessCollector(registry=reg)
