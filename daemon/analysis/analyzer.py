@@ -221,10 +221,16 @@ class Analyzer:
         for x in out:  # findings that raise no alert but hold: kept among those that fired
             if x.keep_as is not None:
                 self.fired[(x.keep_as, x.finding.gpu, x.finding.pid, ())] = x.finding
-        trans = self.book.update(now, [x.condition for x in out if x.condition is not None])
-        for idx, st in self.gpus.items():  # a card whose processes are gone ends its memory episodes now
-            if st.lc.phase in ("idle", "exiting"):
-                trans += self.book.end(now, CARD_EPISODE_ALERTS, str(idx))
+        # A card whose processes are gone ends its memory episodes now, and raises none until one is back.
+        ended = {str(idx) for idx, st in self.gpus.items() if st.lc.phase in ("idle", "exiting")}
+        conditions = [
+            c
+            for c in (x.condition for x in out)
+            if c is not None and not (c.alertname in CARD_EPISODE_ALERTS and dict(c.labels).get("gpu") in ended)
+        ]
+        trans = self.book.update(now, conditions)
+        for gpu in sorted(ended):
+            trans += self.book.end(now, CARD_EPISODE_ALERTS, gpu)
         firing_keys = {(a.alertname, a.labels) for a in self.book.firing()}
         for x in out:
             c, f = x.condition, x.finding

@@ -198,8 +198,11 @@ class CardCurve:
         if phase == "starting" and st.lc.kind is None:
             st.lc.refresh_kind(pids, ctx.procs)
         v = st.judge.judge(now, st.history, st.lc, cap, st.info.total_bytes, ctx.warming, moved)
-        # The allocator probe's say (live tensors vs cache); it may withdraw a curve leak that is cache.
-        v, by_alloc = ctx.alloc.judge_card(gpu, uuid, name, v, cap, st.sample.used_bytes if st.sample else None, now)
+        # The allocator probe's say (live tensors vs cache); it may withdraw a curve leak that is cache. Only
+        # while the card has processes: once they are gone, a probe file's last readings are of the dead.
+        by_alloc: list = []
+        if phase not in ("idle", "exiting"):
+            v, by_alloc = ctx.alloc.judge_card(gpu, uuid, name, v, cap, st.sample.used_bytes if st.sample else None, now)
         for f, c in by_alloc:  # no alert (cache_growth): a finding that holds
             out.append(Detection(f, c) if c is not None else Detection(f, keep_as=f.kind))
         st.verdict = v
