@@ -202,7 +202,8 @@ class CardCurve:
         # while the card has processes: once they are gone, a probe file's last readings are of the dead.
         by_alloc: list = []
         if phase not in ("idle", "exiting"):
-            v, by_alloc = ctx.alloc.judge_card(gpu, uuid, name, v, cap, st.sample.used_bytes if st.sample else None, now)
+            used_bytes = st.sample.used_bytes if st.sample else None
+            v, by_alloc = ctx.alloc.judge_card(gpu, uuid, name, v, cap, used_bytes, now)
         for f, c in by_alloc:  # no alert (cache_growth): a finding that holds
             out.append(Detection(f, c) if c is not None else Detection(f, keep_as=f.kind))
         st.verdict = v
