@@ -209,6 +209,33 @@ def test_book_withdraws_a_curve_leak_that_is_only_cache():
     assert "expandable_segments:True" in found[0][0].advice
 
 
+def _batching(leak_per_s: float):
+    """Continuous batching: 122 GB of live tensors (weights and the batch's KV) that drain to 14 GB for one
+    second when the batch empties (at 30 s), the cache growing to the card and flushed every 13 s, and
+    `leak_per_s` more live bytes a second from 45 s."""
+    t = np.arange(0.0, 70.0, 1.0)
+    a = np.array([14e9 if x == 30 else 122e9 + leak_per_s * max(0.0, x - 45) for x in t])
+    r = a + np.array([1e9 * ((x - 30) % 13) for x in t])
+    return t, a, r
+
+
+@pytest.mark.parametrize("leak_per_s, withdrawn", [(0.0, True), (300 * MB, False)])
+def test_book_judges_a_curve_leak_over_the_curves_own_span(leak_per_s, withdrawn):
+    """A batch that drained and came back pulls a fixed window's live-tensor floor down and up again: over
+    the span the curve's leak rests on (its rising troughs since 45 s), the live tensors of a healthy
+    server are flat and its cache grew, so the curve's leak is the cache; a real leak in them is not."""
+    from oomwatch.analysis.curve import CurveVerdict
+
+    t, a, r = _batching(leak_per_s)
+    book = AllocBook()
+    for x, ai, ri in zip(t, a, r, strict=True):
+        book.add(AllocSample(float(x), 7, UUID, int(ai), int(ri), 0, 0, 0))
+    curve = CurveVerdict("sawtooth", leak=True, leak_bytes_per_second=3.8e9, leak_since=45.0, eta_seconds=0.0)
+    v, found = book.judge_card("0", UUID, "H200", curve, 140e9, 139e9, float(t[-1]))
+    assert v.leak is not withdrawn
+    assert ("cache_growth" in {f.kind for f, _ in found}) is withdrawn
+
+
 def test_book_warns_on_retries_with_the_evidence():
     """Retries are a warning (the next request like these may fail), not a page: a card at 98-100% flushes
     its cache for hours without failing; whether it fills is the forecast's to say."""

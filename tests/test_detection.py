@@ -49,6 +49,9 @@ EXPECTED_FAILURES: dict[str, str] = {
     # it (bench/results/probe_warm_cache_leak.jsonl passes).
     "warm_cache_leak_h200": "no honest signal: NVML flat at 98.9% until 26 s before the OOM",
     "real:cache_then_slow_leak": "no honest signal: NVML flat at ~99% for the leak's whole span",
+    # Its first climb (2.4 GB/s from 34% to 70%) is the real staircase leak's first 25 s to the byte, and that
+    # one must page: the page lands before the first release says it is a cycle.
+    "real:slow_sawtooth": "no honest signal: its first climb is a real staircase leak's first 25 s to the byte",
     # -- open: a pool-less server's memory follows load, so a slow leak is told from load only after a day
     "leak_30mb_per_hour_hf_t4_day": "open: slow leak on a pool-less server flagged after a day, not 6 h",
     "daily_load_cycle_with_leak_a100_4d": "open: a daily cycle shows three troughs in two days, and Mann-Kendall "
@@ -75,9 +78,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     # -- open: false pages
     "request_cycles_no_pool_l4_12h": "open: false pages where a cycle's climb outgrows every earlier one (peaks "
     "vary from 60% to 100% of the swing) with 3 GB left on an L4",
-    "real:slow_sawtooth": "open: its first climb (2.4 GB/s from 34% to 70%) is the real staircase leak's first 25 s "
-    "to the byte, and that one must page; the page lands before the first release says it is a cycle",
-    "real:serve_cb": "open: false page on transformers continuous batching at 99.5% with cache flushes",
 }
 
 

@@ -161,6 +161,26 @@ def judge(
     )
 
 
+def _live_rise(rows: Sequence[tuple[Any, ...]], v: Any, av: AllocVerdict, cfg: AllocatorConfig) -> float:
+    """How much one process's live tensors (their floor) rose over what the curve calls a leak: from the
+    curve's `leak_since` when it has one (the span its claim rests on), else the judge's own (the leak window).
+
+    The span matters: a batch that drained and came back (continuous batching drops its KV for a second)
+    pulls the floor of a fixed window down and up again, a rise no leak made; over the curve's own span the
+    live tensors of a healthy server lie flat while its cache grows."""
+    since = getattr(v, "leak_since", None) if getattr(v, "leak", False) else None
+    if since is None:
+        return av.allocated_growth_bytes
+    t = np.asarray([x[0] for x in rows], dtype=float)
+    a = np.asarray([x[1] for x in rows], dtype=float)
+    floor = rolling_min(t, a, cfg.floor_s)
+    w = t >= since
+    if np.count_nonzero(w) < 2:
+        return 0.0
+    tw, fw = t[w], floor[w]
+    return max(0.0, theil_sen(tw, fw) * float(tw[-1] - tw[0]))
+
+
 def _counter_rise(c: Seq | None, rec: np.ndarray, before: np.ndarray) -> int:
     if c is None:
         return 0
@@ -236,8 +256,9 @@ class AllocBook:
     ) -> tuple[Any, list[tuple[Finding, Condition | None]]]:
         """The allocator's say on one card: (the curve verdict, perhaps corrected, [(Finding, Condition|None)]).
 
-        A curve leak is withdrawn when every probed process on the card shows flat live tensors and its
-        reserved pool grew: that climb is the cache (said as a `cache_growth` finding instead).
+        A curve leak is withdrawn when every probed process on the card shows flat live tensors over the span
+        the curve's claim rests on (`_live_rise`) and its reserved pool grew: that climb is the cache (said as
+        a `cache_growth` finding instead).
         """
         cfg = self.cfg
         out: list[tuple[Finding, Condition | None]] = []
@@ -271,7 +292,9 @@ class AllocBook:
                 if getattr(v, "growth", None) in ("cache_growth", "plateau"):
                     v = replace(v, growth=None)  # the curve took this climb for cache; live tensors say leak
                 out += _leak(gpu, uuid, name, pid, av, capacity_bytes, used_bytes, self.horizon_s, now)
-            elif av.allocated_growth_bytes > cfg.cache_flat_fraction * max(av.cache_growth_bytes, cfg.leak_min_bytes):
+            elif _live_rise(rows, v, av, cfg) > cfg.cache_flat_fraction * max(
+                av.cache_growth_bytes, cfg.leak_min_bytes
+            ):
                 all_flat = False
             if av.cache_growth:
                 cache_pids.append((pid, av))
