@@ -172,6 +172,16 @@ def test_judge_a_leak_under_a_warm_cache_is_decisive():
     assert not early.leak  # the start (weights, KV pool) is not a leak
 
 
+def test_judge_a_recent_leak_over_its_own_span_not_the_flat_minute_before():
+    """200 MB/s of live tensors for the last 30 s after a flat minute: the trailing windows double from the
+    shortest span, so the leak is judged over its own span and found (a fixed minute diluted it until 40 s)."""
+    t, a, r, rt, oo = series(100, start_then(lambda x: 200 * MB * max(0.0, x - 70)), lambda x: 126e9, seed=4)
+    v = judge(t, a, r, rt, oo, AllocatorConfig())
+    assert v.leak and 100 * MB < v.leak_bytes_per_second < 300 * MB and v.leak_since >= 60
+    flat = judge(t[:70], a[:70], r[:70], rt[:70], oo[:70], AllocatorConfig())
+    assert not flat.leak
+
+
 def test_judge_cache_growth_over_flat_live_tensors_is_not_a_leak():
     steps = lambda x: 120e9 + 1.5e9 * min(6, int(max(0.0, x - 20) // 12))  # noqa: E731 - the cache's steps
     t, a, r, rt, oo = series(120, start_then(lambda x: 0.0), steps)

@@ -74,7 +74,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "real:live_tp2_leak_rank0": "open: paged 12 s ahead (floor 23 s)",
     "real:sawtooth_rising": "open: paged 17 s ahead (floor 19 s)",
     "real:slow_leak": "open: a staircase from a process's birth is read as its start for the trace's 62 s",
-    "real:serve_leak": "open: paged 28 s ahead (floor 30 s)",
     # -- open: false pages
     "request_cycles_no_pool_l4_12h": "open: false pages where a cycle's climb outgrows every earlier one (peaks "
     "vary from 60% to 100% of the swing) with 3 GB left on an L4",

@@ -58,7 +58,7 @@ class CurveVerdict:
     leak_since: float | None = None  # first block whose floor rose
     eta_seconds: float | None = None  # at the trend's rate
     steps: int = 0  # rising blocks of the floor in the tested window
-    regime_start: float | None = None  # when the card started serving (end of its start)
+    regime_start: float | None = None  # when the card's start had done its allocating (`Lifecycle.loaded_at`)
     floor_bytes: float = 0.0
     peak_bytes: float = 0.0  # recent peak (what OOMs first)
     spike_height_bytes: float = 0.0
@@ -262,7 +262,7 @@ class CardJudge:
             peak_bytes=peak,
             headroom_bytes=headroom,
             phase=lc.phase,
-            regime_start=lc.serving_since,
+            regime_start=lc.loaded_at,
             releases=len(self.releases),
         )
         spike_risk = False

@@ -64,6 +64,7 @@ class Lifecycle:
         "phase",
         "start_t",
         "serving_since",
+        "loaded_at",
         "idle_since",
         "exit_t",
         "pids",
@@ -90,6 +91,9 @@ class Lifecycle:
         self.phase = "idle"
         self.start_t: float | None = None
         self.serving_since: float | None = None
+        # when the start's own allocations ended: its last rise where it ended by holding steady (the
+        # steady stretch is already serving), else when it ended
+        self.loaded_at: float | None = None
         self.idle_since: float | None = None
         self.exit_t: float | None = None  # last time one of the card's processes went away
         self.pids: frozenset[int] = frozenset()
@@ -174,22 +178,23 @@ class Lifecycle:
                     self.releases += 1
             self.falling = True
         if self.phase == "starting":
-            why = ""
-            if engine_up_since is not None and engine_up_since >= (self.start_t or 0.0) - cfg.eval_interval_s:
+            why, loaded = "", now
+            began = self.start_t if self.start_t is not None else now  # a trace's clock may start at 0.0
+            if engine_up_since is not None and engine_up_since >= began - cfg.eval_interval_s:
                 why = "the engine answered"
             elif (
                 now - self.last_rise_t >= cfg.settle_s
-                and now - (self.start_t or now) >= cfg.settle_s
+                and now - began >= cfg.settle_s
                 and (self.budget is None or self.regime_t is not None)
             ):  # a pool engine: after its KV jump
-                why = f"memory held steady for {cfg.settle_s:.0f} s"
+                why, loaded = f"memory held steady for {cfg.settle_s:.0f} s", self.last_rise_t
             elif self.releases >= 2:
                 why = "it started to cycle (serving a load)"
-            elif now - (self.start_t or now) >= cfg.start_max_s:
+            elif now - began >= cfg.start_max_s:
                 why = f"{cfg.start_max_s / 60:.0f} minutes passed"
             if why:
                 self.phase = "serving"
-                self.serving_since = now
+                self.serving_since, self.loaded_at = now, loaded
                 self.end_reason = why
                 self.hw_level, self.hw_steps = lo, 0
         elif self.phase == "serving":
@@ -204,7 +209,7 @@ class Lifecycle:
     def _start(self, now: float, lo: float, new: frozenset[int], procs: dict[int, Any]) -> None:
         self.phase = "starting"
         self.start_t = now
-        self.serving_since = None
+        self.serving_since = self.loaded_at = None
         self.idle_since = None
         self.level = lo
         self.last_rise_t = now
