@@ -423,3 +423,43 @@ def test_a_load_cycle_seen_once_does_not_page_on_its_next_rise():
         trans += a.add_sample(Sample(t, (GpuSample(0, u, synth.CAP - u, synth.RESERVED, 0, procs),)))
     pages = fired(trans, "GPUOOMImminent")
     assert not [p for p in pages if p > 3600], pages  # after the first cycle came back down
+
+
+def _cycles(peaks, leak_from=None):
+    """A pool-less server (uvicorn) on an H200 whose load climbs for 280 s from 60% of the card to each of
+    `peaks` in turn, then gives it back over 220 s, every 600 s; from `leak_from` (a cycle's index) the climb
+    does not stop at its peak. Returns (transitions, the OOM's time or None)."""
+    from oomwatch.model import GpuSample, ProcInfo
+
+    a = Analyzer(synth.info(1))
+    a.add_proc(ProcInfo(901, "python3", ("python3", "-m", "uvicorn", "app:app"), 1, 1.0))
+    trans, oom = [], None
+    for k in range(int(600 * len(peaks) / 2)):
+        t = k * 2.0
+        c, x = int(t // 600), t % 600
+        rate = (peaks[c] - 0.60) / 280
+        if x < 280 or (leak_from is not None and c >= leak_from):
+            level = 0.60 + rate * x
+        else:
+            level = peaks[c] - (peaks[c] - 0.60) * min(1.0, (x - 280) / 220)
+        u = int(level * synth.CAP) if t >= 4 else 0
+        if u >= synth.CAP:
+            oom = t
+            break
+        procs = ((901, u),) if u else ()
+        trans += a.add_sample(Sample(t, (GpuSample(0, u, synth.CAP - u, synth.RESERVED, 0, procs),)))
+    return trans, oom
+
+
+def test_a_climb_younger_than_the_cards_past_climbs_does_not_page_above_their_peaks():
+    """The third climb outgrows both earlier peaks, its pace filling the card in about 200 s, but the card
+    has climbed and given back twice, each climb over in 280 s: the odds that this one outlasts both are a
+    third, below the odds a page stands for, and at its pace it stops short of the card by then. A climb
+    that does outlast them (a leak under the load) pages before the OOM."""
+    trans, oom = _cycles([0.78, 0.80, 0.90, 0.80])
+    assert oom is None
+    assert not [p for p in fired(trans, "GPUOOMImminent") if p > 1200]
+    trans, oom = _cycles([0.78, 0.80, 0.90], leak_from=2)
+    assert oom is not None
+    pages = fired(trans, "GPUOOMImminent")
+    assert [p for p in pages if 1200 < p < oom], (pages, oom)

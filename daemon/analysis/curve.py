@@ -318,9 +318,12 @@ class CardJudge:
             # bytes, within 1.5 times what this climb has done since the floor last stood at its lowest. Bytes
             # as well as time, because the trend's rate lags a fast leak's; the first rising half of a load
             # cycle pages no more than a start does.
-            base_t, base_b = self._climb_base(t, mn, since, cap)
+            last_release = max((r for r in lc.release_times if r >= since), default=since)
+            base_t, base_b = self._climb_base(t, mn, last_release, cap)
             likely = eta <= cfg.start_eta_ratio * (now - base_t) or cap - ref <= cfg.start_eta_ratio * (ref - base_b)
             urgent = self._urgent(eta, eta_lo) and not within and not seasonal and likely
+            if urgent:
+                urgent = self._outlasts_past_climbs(hist, lc, since, now, now - base_t, ref, recent, cap)
             if (
                 not urgent
                 and lc.budget is None
@@ -445,6 +448,42 @@ class CardJudge:
         before = mx[tt < rel[-1]]
         return float(before.max()) if len(before) else 0.0
 
+    def _outlasts_past_climbs(
+        self, hist: History, lc: Lifecycle, since: float, now: float, age: float, ref: float, rate: float, cap: float
+    ) -> bool:
+        """Is a climb of `age` seconds likely to go on until the card is full, given the climbs this card made
+        while serving and then gave back?
+
+        Gott's rule (`start_eta_ratio`) knows only the climb's own age, and pages at odds of 1 / (1 + ratio) =
+        40% that it goes on. Where the card has climbed and given back n times, the climbs are exchangeable:
+        the odds that this one outlasts them all are 1 / (n + 1), below those odds once n > ratio (two climbs
+        for 1.5). Then a climb younger than the longest is expected to end by that age, and is likely to fill
+        the card only if it does so at its present pace before then. One that outlasts them is judged by
+        Gott's rule alone again: a leak under a cycle is paged once its climb is longer than the cycle's."""
+        durations = self._given_back_climbs(hist, lc, since, now, cap)
+        if len(durations) <= self.cfg.start_eta_ratio or age >= max(durations):
+            return True
+        return ref + rate * (max(durations) - age) >= cap
+
+    def _given_back_climbs(self, hist: History, lc: Lifecycle, since: float, now: float, cap: float) -> list[float]:
+        """How long each climb lasted that the card made while serving and then gave back: from where the floor
+        last stood at its lowest before the climb's peak (as `_climb_base` reads it) to the peak, one climb per
+        release."""
+        rel = [r for r in lc.release_times if r >= since]
+        if not rel:
+            return []
+        tt, mn, mx, _ = hist.pick(now - since).since(since)
+        out = []
+        for a, b in zip([since, *rel[:-1]], rel, strict=True):
+            i, j = np.searchsorted(tt, [a, b])
+            if j - i < 2:
+                continue
+            k = i + int(np.argmax(mx[i:j]))
+            seg = mn[i : k + 1]
+            near = np.flatnonzero(seg <= float(seg.min()) + self.cfg.quiet_fraction * cap)
+            out.append(float(tt[k] - tt[i + int(near[-1])]))
+        return out
+
     def _recent_slope(self, tr: Trend, hist: History, now: float) -> float:
         """The floor's slope in the next shorter window that was tested on enough blocks and rose enough to be
         judged (0 where its rise is not significant: the growth stopped lately), or the trend's own.
@@ -471,9 +510,10 @@ class CardJudge:
 
     def _climb_base(self, t: np.ndarray, mn: np.ndarray, since: float, cap: float) -> tuple[float, float]:
         """Where the present climb began, (time, bytes): the last time the floor stood at its lowest (within
-        the card's noise, `quiet_fraction`) since the card started serving. A leak's climb began at its onset,
-        a cycle's at its last trough; transients given back on the way leave the floor, and so the climb, as
-        they were."""
+        the card's noise, `quiet_fraction`) since `since`: the card's last release while serving, or the start
+        of serving. A leak's climb began at its onset, a cycle's at its last trough (troughs differ by more
+        than the noise from one round to the next); transients given back on the way leave the floor, and so
+        the climb, as they were."""
         a = int(np.searchsorted(t, since))
         if a >= len(t):
             return float(t[-1]), float(mn[-1])
