@@ -121,3 +121,23 @@ def test_mig_instances_carry_dcgm_exporters_labels():
     assert dcgm_labels(mig) == ("1", "2", "3g.71gb")
     whole = GpuInfo(0, "NVIDIA H200", "GPU-abc", 141 << 30)
     assert dcgm_labels(whole) == ("0", "", "")
+
+
+def test_every_family_the_daemon_and_the_central_define_is_documented():
+    """docs/metrics.md names every `oomwatch_*` family either exposition can serve (a counter by its
+    `_total` sample name), so a new metric cannot ship undocumented."""
+    import os
+
+    from oomwatch.exporters.fleet import FleetCollector
+    from oomwatch.exporters.metrics import OomwatchCollector
+
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "metrics.md"), encoding="utf-8")
+    text = doc.read()
+    doc.close()
+    names = set()
+    for collector in (OomwatchCollector(_snapshot, "n"), FleetCollector(lambda: None, "n")):  # type: ignore[arg-type]
+        for fam in collector.describe():
+            names.add(fam.name + "_total" if fam.type == "counter" else fam.name)
+    assert len(names) > 40
+    missing = sorted(n for n in names if n.startswith("oomwatch_") and f"`{n}" not in text)
+    assert not missing, f"not in docs/metrics.md: {missing}"
