@@ -131,9 +131,8 @@ def test_every_family_the_daemon_and_the_central_define_is_documented():
     from oomwatch.exporters.fleet import FleetCollector
     from oomwatch.exporters.metrics import OomwatchCollector
 
-    doc = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "metrics.md"), encoding="utf-8")
-    text = doc.read()
-    doc.close()
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "metrics.md"), encoding="utf-8") as f:
+        text = f.read()
     names = set()
     for collector in (OomwatchCollector(_snapshot, "n"), FleetCollector(lambda: None, "n")):  # type: ignore[arg-type]
         for fam in collector.describe():
