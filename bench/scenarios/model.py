@@ -378,13 +378,18 @@ class Trace:
             for c, (shown, total) in zip(self.cards, per_card, strict=True):
                 procs = [[pid, int(s[i])] for pid, s in shown if s[i] > 0]
                 for pid, _ in procs:
-                    if pid not in seen:
+                    # A holder first seen, then its parents up the tree (a launcher, an API server, a
+                    # container's PID 1), as the daemon's process scan describes them.
+                    chain = []
+                    while pid in by_pid and pid not in seen and (not chain or by_pid[pid].end > t):
                         seen.add(pid)
-                        p = by_pid[pid]
+                        chain.append(by_pid[pid])
+                        pid = by_pid[pid].ppid
+                    for p in chain:
                         yield {
                             "t": ts,
                             "event": "proc",
-                            "pid": pid,
+                            "pid": p.pid,
                             "name": p.name,
                             "cmdline": p.cmdline,
                             "ppid": p.ppid,
