@@ -438,9 +438,10 @@ class DaemonConfig:
     prometheus: str | None = None
     selector: str = ""  # label matchers narrowing the cards read (`job="dcgm"`, `Hostname=~"gpu-.*"`)
     scrape_interval: float | None = None  # the exporters' scrape interval; None: found from the samples' spacing
-    max_cards: int = 256  # cards evaluated at most. Each costs ~0.3 ms of CPU per scrape, 18 series and its
-    # analysis history (0.8 MiB after an hour, up to ~2 MiB once the 7-day level fills): 256 cards are ~70 ms per
-    # read, ~4,600 series and under 0.5 GiB. Cards beyond are counted (oomwatch_fleet_cards{state="over_cap"})
+    max_cards: int = 256  # cards evaluated at most. Each costs ~0.4 ms of CPU per read, 18 series and its
+    # analysis history (0.84 MiB after 6 h, up to ~2 MiB once the 7-day level fills): 256 cards are ~120 ms per
+    # read, ~4,600 series and ~215 MiB (bench/central.py). Cards beyond are counted
+    # (oomwatch_fleet_cards{state="over_cap"})
     central: CentralConfig = field(default_factory=CentralConfig)
 
 
