@@ -226,7 +226,8 @@ def truth_of_recording(lines: list[dict]) -> dict:
         first = next((r["t"] for r in samples for x in r["gpus"] if x["i"] == i and x.get("procs")), 0.0)
         oom = next((r["t"] for r in ooms if int(r.get("gpu", 0)) == i), None)
         shape = (exp.get("shape") or {}).get(str(i))
-        if shape in ("staircase", "ramp") or (exp.get("leak") and oom is not None):
+        # a leaking card: its shape is a leak's, or the trace leaks and this card died of it or cycles on it
+        if shape in ("staircase", "ramp") or (exp.get("leak") and (oom is not None or shape == "sawtooth")):
             onset = leak_phase if leak_phase is not None else first
             eps.append(
                 {

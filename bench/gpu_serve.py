@@ -22,6 +22,11 @@ once a second with the daemon's own reader (`oomwatch.sources.allocator.Allocato
   OutOfMemoryError (k chosen from the warm-up's output bytes per second so the OOM comes in ~2 minutes).
 - d `swap`: healthy `generate()` serving, then a model hot-swap: a second model is built while the first is
   still resident, both serve-ready for ~30 s, then the first is freed (`empty_cache`).
+- e `waves`: a pool-less app whose load comes in waves: each busy spell admits ever larger batches up to a
+  peak drawn anew each wave, then a quiet spell frees the cache (`empty_cache`): climbs of different
+  heights, each given back.
+- f `waves_leak`: e on a pre-filled card, and from the second wave every k-th batch's logits are kept, until
+  a real CUDA OOM: troughs that rise under a load that comes and goes.
 The server writes its phases (monotonic clock) to a side file; the script merges them into the trace as
 annotations (`phase`, `oom`; header `scenario`, `expect`, `note`), which replay never reads. Then
 `oomwatch replay TRACE --json` runs on each trace (as recorded, and with its alloc lines removed) and
@@ -93,6 +98,21 @@ SCENARIOS = {
         "expect": {"shape": {"0": "stable"}, "leak": False, "oom": False},
         "note": "healthy: generate() serving, then a model hot-swap: a second 7B-shaped model loads while the first is "
         "resident, both stay ~30 s, then the first is freed (gc + torch.cuda.empty_cache())",
+    },
+    "e": {
+        "name": "waves",
+        "expect": {"shape": {"0": "sawtooth"}, "leak": False, "oom": False},
+        "note": "healthy: a pool-less generate() app whose load comes in waves: each busy spell admits ever larger "
+        "static batches (the padded-token budget grows to a peak drawn anew each wave), then a quiet spell in "
+        "which the app calls gc + torch.cuda.empty_cache(): memory follows the load, climbs of different heights, "
+        "each given back",
+    },
+    "f": {
+        "name": "waves_leak",
+        "expect": {"shape": {"0": "sawtooth"}, "leak": True, "oom": True},
+        "note": "the waves of serve_waves on a card pre-filled by a 'weights' tensor, and from the second wave the app "
+        "keeps every k-th batch's generate() output in a list (freed by no empty_cache), until a real CUDA OOM: "
+        "troughs that rise under a load that comes and goes",
     },
 }
 
@@ -348,6 +368,38 @@ class Server:
             self.log_batch(batch, secs, **extra)
         del torch
 
+    def serve_waves(self, model, seconds: float, stream: Stream, leak_from: int | None = None) -> None:
+        """Load in waves of `a.period` s: 70% busy, the padded-token budget growing from 2k to a peak drawn
+        each wave (so each climb has its own height), then 30% quiet, where the app frees its cache. From wave
+        `leak_from` every `a.keep_every`-th batch's output is kept (a leak under the load)."""
+        torch, a = self.torch, self.a
+        end = time.monotonic() + seconds
+        wave = 0
+        while time.monotonic() < end:
+            peak = self.rng.choice([8192, 12288, 16384, 24576, 32768])
+            leaking = leak_from is not None and wave >= leak_from
+            if leaking and wave == leak_from:
+                self.ev.phase("leak", keep_every=a.keep_every)
+            self.ev.phase("wave", n=wave, budget=peak, leaking=leaking)
+            t0, busy, i = time.monotonic(), 0.7 * a.period, 0
+            while time.monotonic() - t0 < busy:
+                budget = int(2048 + (time.monotonic() - t0) / busy * (peak - 2048))
+                batch = stream.take_static(max_n=16, budget=budget)
+                out, secs = self.gen_batch(model, batch, outputs=leaking)
+                i += 1
+                extra: dict = {"budget": budget}
+                if leaking and i % a.keep_every == 0:
+                    self.kept.append(out.logits)  # the bug: every k-th batch's logits kept across waves
+                    self.kept_bytes += tensor_bytes(out.logits)
+                    extra["kept_bytes"] = self.kept_bytes
+                del out
+                self.log_batch(batch, secs, **extra)
+            self.ev.phase("quiet", n=wave)
+            gc.collect()
+            torch.cuda.empty_cache()
+            time.sleep(0.3 * a.period)
+            wave += 1
+
     # ---- scenarios -------------------------------------------------------------------------------
     def run(self) -> int:
         a = self.a
@@ -379,6 +431,9 @@ class Server:
                     projected_seconds=round(free / max(rate / k, 1.0), 1),
                 )
                 self.serve_generate(model, a.seconds, stream, keep_every=k)
+                self.ev.phase("no_oom", kept_bytes=self.kept_bytes)
+            elif a.serve in ("e", "f"):
+                self.serve_waves(model, a.seconds, stream, leak_from=1 if a.serve == "f" else None)
                 self.ev.phase("no_oom", kept_bytes=self.kept_bytes)
             elif a.serve == "d":
                 self.serve_generate(model, a.seconds * 0.3, stream)
@@ -846,7 +901,7 @@ def smoke() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--only", default="a,b,c,d")
+    ap.add_argument("--only", default="a,b,c,d,e,f")
     ap.add_argument("--budget-s", type=float, default=560.0, help="stop starting scenarios past this")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--seconds-a", type=float, default=150)
@@ -857,6 +912,10 @@ def main() -> int:
     ap.add_argument("--seconds-d", type=float, default=120)
     ap.add_argument("--pad-free-gb-d", type=float, default=45)
     ap.add_argument("--no-cudnn-c", action="store_true", help="c: turn cuDNN's SDPA off (torch OOMs instead)")
+    ap.add_argument("--seconds-e", type=float, default=240)
+    ap.add_argument("--period-e", type=float, default=40, help="e, f: the load's wave, busy 70%% then quiet")
+    ap.add_argument("--pad-free-gb-f", type=float, default=14)
+    ap.add_argument("--keep-every-f", type=int, default=1)
     # the server's own flags
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--events", help=argparse.SUPPRESS)
@@ -868,6 +927,8 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=1.0, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=7, help=argparse.SUPPRESS)
     ap.add_argument("--no-cudnn-sdpa", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--period", type=float, default=40, help=argparse.SUPPRESS)
+    ap.add_argument("--keep-every", type=int, default=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
         return server_main(a)
@@ -900,6 +961,22 @@ def main() -> int:
             None,
         ),
         "d": (["--seconds", str(a.seconds_d), "--rate", "3", "--pad-free-gb", str(a.pad_free_gb_d)], a.seconds_d + 150),
+        "e": (["--seconds", str(a.seconds_e), "--rate", "8", "--period", str(a.period_e)], a.seconds_e + 90),
+        "f": (
+            [
+                "--seconds",
+                "900",
+                "--rate",
+                "8",
+                "--period",
+                str(a.period_e),
+                "--pad-free-gb",
+                str(a.pad_free_gb_f),
+                "--keep-every",
+                str(a.keep_every_f),
+            ],
+            None,
+        ),
     }
     if a.no_cudnn_c:
         SCENARIOS["c"]["note"] += " (cuDNN's SDPA turned off, torch.backends.cuda.enable_cudnn_sdp(False))"

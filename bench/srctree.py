@@ -35,14 +35,21 @@ def _link(target: str, link: str) -> None:
     os.symlink(target, link)
 
 
+_made: list[str] = []  # what the first call decided: the tree's folder, or "" where oomwatch is installed
+
+
 def importable() -> str:
     """Make `import oomwatch` work in this process; returns the folder to add to subprocesses' PYTHONPATH
-    ("" where the package is installed)."""
-    if importlib.util.find_spec("oomwatch") is not None:
-        return ""
-    path = build(os.path.join(ROOT, "build", "srctree"))
-    sys.path.insert(0, path)
-    return path
+    ("" where the package is installed). Every call returns what the first decided: once the tree is on
+    sys.path, `oomwatch` is found, but a subprocess still needs the folder."""
+    if not _made:
+        if importlib.util.find_spec("oomwatch") is not None:
+            _made.append("")
+        else:
+            path = build(os.path.join(ROOT, "build", "srctree"))
+            sys.path.insert(0, path)
+            _made.append(path)
+    return _made[0]
 
 
 def pythonpath(*extra: str) -> str:

@@ -105,3 +105,18 @@ def test_beside_python_daemon_both_import(wheel, tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert '"GPUOOMImminent"' in r.stdout
+
+
+def test_a_bare_checkout_hands_its_subprocesses_the_package(tmp_path):
+    """The device machine runs the benchmarks from a bare copy of the tree (nothing installed): the scripts'
+    subprocesses (`python -m oomwatch record`, replays) must import the same `oomwatch`. Without site-packages
+    (`-S`), the first call lays the tree out and every later call still names it."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from bench import srctree; "
+        "a = srctree.importable(); b = srctree.pythonpath(); import oomwatch; "
+        "print(a); print(b.split(':')[0]); print(oomwatch.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", code, ROOT], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    first, on_path, name = out.stdout.split()
+    assert first and first == on_path and first.endswith(os.path.join("build", "srctree")) and name == "oomwatch"
