@@ -200,7 +200,7 @@ class CardCurve:
         v = st.judge.judge(now, st.history, st.lc, cap, st.info.total_bytes, ctx.warming, moved)
         # The allocator probe's say (live tensors vs cache); it may withdraw a curve leak that is cache. Only
         # while the card has processes: once they are gone, a probe file's last readings are of the dead.
-        by_alloc: list = []
+        by_alloc: list[tuple[findings.Finding, Condition | None]] = []
         if phase not in ("idle", "exiting"):
             used_bytes = st.sample.used_bytes if st.sample else None
             v, by_alloc = ctx.alloc.judge_card(gpu, uuid, name, v, cap, used_bytes, now)
@@ -249,11 +249,11 @@ class CardCurve:
             # cannot see, so the last known rate is the forecast; a slow leak near the top (30 MB/h) is hours
             # away.
             pv = _forecast(v, b, used, cap, now, cfg.no_headroom_fraction)
-            eta = pv.eta_seconds
+            fill = pv.eta_seconds
             limit = cfg.oom_horizon_s * (cfg.oom_bound_factor if b.paging else 1.0)
             # the page lands with the horizon still ahead: the same allowance as `CardJudge._urgent`
-            allowance = min(cfg.oom_for_max_s, cfg.oom_for_fraction * eta) if eta is not None else 0.0
-            page = eta is not None and eta <= limit + allowance + cfg.oom_lead_margin_s
+            allowance = min(cfg.oom_for_max_s, cfg.oom_for_fraction * fill) if fill is not None else 0.0
+            page = fill is not None and fill <= limit + allowance + cfg.oom_lead_margin_s
         if b is not None:
             b.paging = page
         if page:
