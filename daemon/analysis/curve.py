@@ -18,9 +18,11 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   transient) reaches capacity within the horizon at the recent pace (`_recent_slope`: load slows near its
   peak, a cache levels off, a leak keeps going), and at the slope's lower bound within twice it; and the
   climb is likely to go on that far (`start_eta_ratio`, Gott's delta-t, as in a start: what is left, in
-  time or in bytes, within 1.5 times what the climb has done since the floor last stood at its lowest). A
-  level the card already reached while serving and then gave back is a cycle coming round (`seasonal`): no
-  page below it. A server without a declared pool follows its load: short of such a forecast, only growth that
+  time or in bytes, within 1.5 times what the climb has done since the floor last stood at its lowest,
+  after the card's last release). Where the card has climbed and given back more often than that ratio (two
+  climbs for 1.5), the climbs are exchangeable: a climb younger than the longest of them pages only if its
+  pace fills the card before that age (`_outlasts_past_climbs`). A level the card already reached while
+  serving and then gave back is a cycle coming round (`seasonal`): no page below it. A server without a declared pool follows its load: short of such a forecast, only growth that
   outlasts a day is a leak.
 - Starting: growth is never a leak. A start stops where starts stop: at the server's declared budget (a
   known engine's command line), or a few percent above the level after its dominant jump (the KV pool, then
