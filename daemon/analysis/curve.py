@@ -22,8 +22,8 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   after the card's last release). Where the card has climbed and given back more often than that ratio (two
   climbs for 1.5), the climbs are exchangeable: a climb younger than the longest of them pages only if its
   pace fills the card before that age (`_outlasts_past_climbs`). A level the card already reached while
-  serving and then gave back is a cycle coming round (`seasonal`): no page below it. A server without a declared pool follows its load: short of such a forecast, only growth that
-  outlasts a day is a leak.
+  serving and then gave back is a cycle coming round (`seasonal`): no page below it. A server without a
+  declared pool follows its load: short of such a forecast, only growth that outlasts a day is a leak.
 - Starting: growth is never a leak. A start stops where starts stop: at the server's declared budget (a
   known engine's command line), or a few percent above the level after its dominant jump (the KV pool, then
   graphs). Past that line the forecast decides, and the climb must also be likely to go on
