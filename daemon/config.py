@@ -206,7 +206,8 @@ class AllocatorConfig:
     settle_s: float = 10.0  # start-up ends at the first stretch this long with a flat floor ...
     flat_bytes: int = 256 << 20  # ... flat meaning within this ...
     flat_fraction: float = 0.01  # ... or this share of the floor (a busy 128 GB floor wobbles by 0.6 GB)
-    leak_window_s: float = 60.0  # the floor's rise is judged over the last minute
+    leak_window_s: float = 60.0  # the floor's rise is judged over trailing windows that double from
+    # `leak_min_span_s` up to this minute, so a leak that began lately is judged over its own span
     leak_min_span_s: float = 15.0  # at least this much growth in view (one-second readings: 15 of them)
     leak_min_bytes: int = 768 << 20  # a fitted rise of at least this (above the floor's 0.6 GB wobble)
     leak_min_tau: float = 0.6  # Kendall's tau of floor vs time: nearly every pair of readings rises
