@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import replace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -33,7 +34,7 @@ import psutil  # noqa: E402
 from traces import ROOT, multi_gpu  # noqa: E402
 
 from oomwatch.config import DaemonConfig  # noqa: E402
-from oomwatch.model import GpuSample, ProcInfo, RssSample, Sample  # noqa: E402
+from oomwatch.model import ProcInfo, RssSample, Sample  # noqa: E402
 from oomwatch.trace import header_line, proc_line, rss_line, sample_line  # noqa: E402
 
 RSS_EVERY_S = 30.0  # the daemon's RSS is sampled this often in the long run
@@ -89,20 +90,7 @@ def write_rss_trace(path, n_gpus, seconds):
 
     gpus, samples = multi_gpu(n_gpus, seconds, hz=10.0)
     samples = [
-        Sample(
-            s.t,
-            tuple(
-                GpuSample(
-                    g.index,
-                    g.used_bytes,
-                    g.free_bytes,
-                    g.reserved_bytes,
-                    g.util_percent,
-                    tuple((card_pid(g.index, p), b) for p, b in g.procs),
-                )
-                for g in s.gpus
-            ),
-        )
+        Sample(s.t, tuple(replace(g, procs=tuple((card_pid(g.index, p), b) for p, b in g.procs)) for g in s.gpus))
         for s in samples
     ]
     holders, parents = rss_trace_procs(samples)

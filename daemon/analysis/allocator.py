@@ -126,23 +126,23 @@ def judge(
 
     # Leak: the floor of live tensors rises steadily over a trailing window, after start-up. The windows
     # double from the shortest span up to the leak window, newest first, so a leak that began a little while
-    # ago is judged over its own span rather than diluted by the flat minute before it.
+    # ago is judged over its own span rather than diluted by the flat minute before it. Without a leak, the
+    # growth reported is the whole leak window's.
     leak, rate, since, a_rise = False, 0.0, None, 0.0
     span = cfg.leak_min_span_s
-    while settled_at is not None and not leak:
+    while settled_at is not None:
         w = (t >= now - span) & (t >= settled_at)
         tw, fw = t[w], floor[w]
         if len(tw) >= 5 and tw[-1] - tw[0] >= cfg.leak_min_span_s:
             slope = theil_sen(tw, fw)
-            rise = slope * float(tw[-1] - tw[0])
+            a_rise = slope * float(tw[-1] - tw[0])
             jumps = np.diff(fw)
-            one_off = float(jumps.max()) > cfg.leak_max_jump_fraction * rise if rise > 0 else True
-            if span >= cfg.leak_window_s or rise > a_rise:
-                a_rise = rise
-            if rise >= cfg.leak_min_bytes and kendall_tau(tw, fw) >= cfg.leak_min_tau and not one_off:
-                leak, rate, a_rise = True, slope, rise
+            one_off = float(jumps.max()) > cfg.leak_max_jump_fraction * a_rise if a_rise > 0 else True
+            if a_rise >= cfg.leak_min_bytes and kendall_tau(tw, fw) >= cfg.leak_min_tau and not one_off:
+                leak, rate = True, slope
                 rising = np.nonzero(jumps > 0)[0]
                 since = float(tw[rising[0]]) if len(rising) else float(tw[0])
+                break
         if span >= cfg.leak_window_s:
             break
         span = min(2 * span, cfg.leak_window_s)
