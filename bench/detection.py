@@ -63,39 +63,63 @@ SECOND_CACHE = os.path.join(ROOT, "bench", ".cache", "second_generator")
 SOURCES = ("project", "second", "real")
 
 
+def scenario_of(item: str):
+    """(Spec, reseed) of a project scenario item (`name`, or `name#K` drawn from its K-th other seed), or
+    None for a trace file."""
+    name, _, k = item.partition("#")
+    if name in SCENARIOS and (not k or k.isdigit()):
+        return SCENARIOS[name], int(k or 0)
+    return None
+
+
 def real_traces() -> list[str]:
     return sorted(glob.glob(os.path.join(SHARED_TRACES, "*.jsonl"))) + sorted(glob.glob(PROBE_TRACES))
 
 
-def second_traces() -> list[str]:
-    """The second generator's traces, written into SECOND_CACHE when missing ([] where it is absent)."""
+#: Runs the second generator with every scenario's seed moved by K (argv: generator, out dir, K); its
+#: labels come from its own simulation, so a redrawn trace is labelled as truly as the original.
+RESEED_SECOND = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('long_traces', sys.argv[1])\n"
+    "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "k = int(sys.argv[3]); m.SEEDS = {n: s + 7919 * k for n, s in m.SEEDS.items()}\n"
+    "sys.exit(m.main([sys.argv[1], sys.argv[2]]))\n"
+)
+
+
+def second_traces(reseed: int = 0) -> list[str]:
+    """The second generator's traces, written into SECOND_CACHE when missing ([] where it is absent);
+    `reseed` K > 0: drawn from its K-th other seeds, in a cache of their own."""
     if not os.path.isfile(SECOND_GENERATOR):
         return []
-    stamp = os.path.join(SECOND_CACHE, ".source-mtime")
+    cache = SECOND_CACHE + (f"_reseed{reseed}" if reseed else "")
+    stamp = os.path.join(cache, ".source-mtime")
     mtime = str(os.path.getmtime(SECOND_GENERATOR))
     fresh = False
     if os.path.isfile(stamp):
         with open(stamp, encoding="utf-8") as f:
             fresh = f.read() == mtime
     if not fresh:
-        os.makedirs(SECOND_CACHE, exist_ok=True)
-        print(f"writing the second generator's traces into {SECOND_CACHE} ...", file=sys.stderr)
-        subprocess.run([sys.executable, SECOND_GENERATOR, SECOND_CACHE], check=True, stdout=subprocess.DEVNULL)
+        os.makedirs(cache, exist_ok=True)
+        print(f"writing the second generator's traces into {cache} ...", file=sys.stderr)
+        argv = [SECOND_GENERATOR, cache] if not reseed else ["-c", RESEED_SECOND, SECOND_GENERATOR, cache, str(reseed)]
+        subprocess.run([sys.executable, *argv], check=True, stdout=subprocess.DEVNULL)
         with open(stamp, "w", encoding="utf-8") as f:
             f.write(mtime)
-    return sorted(glob.glob(os.path.join(SECOND_CACHE, "*.jsonl")))
+    return sorted(glob.glob(os.path.join(cache, "*.jsonl")))
 
 
 def source_of(item: str) -> str:
-    if item in SCENARIOS:
+    if scenario_of(item) is not None:
         return "project"
     return "second" if os.path.abspath(item).startswith(SECOND_CACHE) else "real"
 
 
 def load(item: str):
-    """(header dict, record dicts, truth dict) of a scenario name or a real trace path."""
-    if item in SCENARIOS:
-        s = SCENARIOS[item].build()
+    """(header dict, record dicts, truth dict) of a scenario name (`name#K`: redrawn) or a trace path."""
+    sc = scenario_of(item)
+    if sc is not None:
+        s = sc[0].build(sc[1])
         recs = s.records()
         header = next(recs)
         return header, recs, header["truth"]
@@ -762,7 +786,7 @@ def report(
     out += [
         f"- `{n}` ({len(sp.cards)}x {sp.cards[0]}, {_h(sp.duration)}, {sp.hz} Hz): {sp.note}"
         for n, sp in SCENARIOS.items()
-        if any(r["name"] == n for r in results)
+        if any(r["name"].partition("#")[0] == n for r in results)
     ]
     out += ["", COVERAGE]
     return "\n".join(out) + "\n"
@@ -773,30 +797,52 @@ def items_for(a) -> tuple[list[str], list[str]]:
     if a.only:
         return a.only, skipped
     names = list(FAST) if a.fast else list(SCENARIOS)
-    reals = real_traces()
-    if not glob.glob(os.path.join(SHARED_TRACES, "*.jsonl")):
-        skipped.append(f"real traces: {os.path.join('..', 'shared', 'traces')} is absent")
-    seconds = second_traces()
+    if a.reseed:  # recordings have one draw: only the generators can be drawn again
+        names = [f"{n}#{a.reseed}" for n in names]
+        reals = []
+        skipped.append("real recordings: a recording cannot be drawn from another seed")
+    else:
+        reals = real_traces()
+        if not glob.glob(os.path.join(SHARED_TRACES, "*.jsonl")):
+            skipped.append(f"real traces: {os.path.join('..', 'shared', 'traces')} is absent")
+    seconds = second_traces(a.reseed)
     if not seconds:
         skipped.append(f"second generator: {os.path.join('..', 'shared', 'generators')} is absent")
     return names + seconds + reals, skipped
+
+
+DEFAULT_OUT = os.path.join(ROOT, "bench", "DETECTION.md")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python bench/detection.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--fast", action="store_true", help="only the CI subset (plus the real traces)")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="only these scenarios or trace files")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "DETECTION.md"), help="the Markdown report")
+    ap.add_argument("--out", default=DEFAULT_OUT, help="the Markdown report")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--title", default="the current analysis")
+    ap.add_argument(
+        "--reseed",
+        type=int,
+        default=0,
+        metavar="K",
+        help="draw both generators' scenarios from their K-th other seed (the recordings are left out): does a "
+        "verdict hold beyond the one draw it was tuned on? Writes bench/.cache/DETECTION_reseedK.md unless --out",
+    )
     a = ap.parse_args(argv)
+    if a.reseed < 0:
+        print("--reseed: K must be 0 or more", file=sys.stderr)
+        return 2
+    if a.reseed and a.out == DEFAULT_OUT:
+        a.out = os.path.join(ROOT, "bench", ".cache", f"DETECTION_reseed{a.reseed}.md")
+        os.makedirs(os.path.dirname(a.out), exist_ok=True)
     items, skipped = items_for(a)
-    bad = [i for i in items if i not in SCENARIOS and not os.path.isfile(i)]
+    bad = [i for i in items if scenario_of(i) is None and not os.path.isfile(i)]
     if bad:
         print(f"unknown scenario or missing trace: {bad[0]}", file=sys.stderr)
         return 2
-    cost = {i: SCENARIOS[i].gpu_samples if i in SCENARIOS else os.path.getsize(i) // 150 for i in items}
+    cost = {i: sc[0].gpu_samples if (sc := scenario_of(i)) else os.path.getsize(i) // 150 for i in items}
     order = sorted(items, key=lambda i: -cost[i])
     t0 = time.perf_counter()
     results = []
@@ -825,9 +871,10 @@ def main(argv=None) -> int:
         + (" --fast" if a.fast else "")
         + (" --only " + " ".join(a.only) if a.only else "")
         + (f" --jobs {a.jobs}" if a.jobs != 2 else "")
+        + (f" --reseed {a.reseed}" if a.reseed else "")
     )
     with open(a.out, "w", encoding="utf-8") as f:
-        f.write(report(results, tot, cmd, wall, a.title, skipped, baseline=not a.only and not a.fast))
+        f.write(report(results, tot, cmd, wall, a.title, skipped, baseline=not a.only and not a.fast and not a.reseed))
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(

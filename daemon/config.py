@@ -266,7 +266,7 @@ class AnalysisConfig:
     ramp_share: float = 0.6  # a floor rising in at least this share of its blocks is a ramp, else a staircase
     top_ramp_share: float = 0.5  # at >= no_headroom_fraction only growth this continuous is a leak (compiles step)
     load_follow_window_s: float = 86400.0  # a pool-less server's memory follows its daily load: warn on a day+
-    cache_steps_max: int = 8  # the caching allocator's high-water marks come a handful of times, not more
+    cache_steps_max: int = 8  # the caching allocator steps a handful of times in a window (and so much in all)
     cache_eta_ratio: float = 3.0  # fine-stepped growth filling the card in under this many times its span is no cache
     cache_fine_step_share: float = 0.15  # ... fine: no step carries more of it (7+ steps; high-water marks are few)
     no_headroom_fraction: float = 0.98  # a floor this full is "no headroom left" (the cache is reclaimed first)

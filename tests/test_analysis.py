@@ -463,3 +463,25 @@ def test_a_climb_younger_than_the_cards_past_climbs_does_not_page_above_their_pe
     assert oom is not None
     pages = fired(trans, "GPUOOMImminent")
     assert [p for p in pages if 1200 < p < oom], (pages, oom)
+
+
+def _steps_at(times, size):
+    return lambda t: size * sum(1 for x in times if t >= x)
+
+
+def test_cache_steps_that_come_ever_more_rarely_are_no_leak_however_many():
+    """Nine high-water steps of 0.75 GiB over nine hours at a 2 s step (too slow to see a transient), at gaps
+    that grow as a stationary load's records do: the allocator's cache, however many steps in all (a count of
+    them would call it a leak from the ninth)."""
+    times = np.cumsum(1200.0 * 1.25 ** np.arange(9))  # 20 min to 8.6 h: each gap a quarter longer
+    trans, oom = _vllm_card(0.85, _steps_at(40 + times, 0.75 * synth.GiB), 32_000, hz=0.5)
+    assert oom is None
+    assert not fired(trans, "GPUMemoryLeak") and not fired(trans, "GPUOOMImminent")
+
+
+def test_the_same_steps_at_a_steady_pace_are_a_leak():
+    """The same 0.75 GiB steps every ten minutes from an hour in: no record of a load comes that regularly."""
+    times = [3600.0 + 600.0 * k for k in range(14)]
+    trans, oom = _vllm_card(0.85, _steps_at(times, 0.75 * synth.GiB), 12_600, hz=0.5)
+    assert oom is None
+    assert fired(trans, "GPUMemoryLeak")

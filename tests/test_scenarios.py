@@ -125,6 +125,24 @@ def test_generation_is_deterministic(name):
     assert len(a) > 1000
 
 
+def test_a_reseeded_scenario_is_the_same_scenario_drawn_again():
+    """`bench/detection.py --reseed K` scores each scenario drawn from another seed: the same story (cards,
+    length, episodes), other draws (transients, timings), and each draw reproducible."""
+    from bench import detection as D  # noqa: N812
+
+    spec, k = D.scenario_of("crash_loop_l4#2")
+    assert spec is SCENARIOS["crash_loop_l4"] and k == 2
+    assert D.scenario_of("crash_loop_l4#x") is None and D.scenario_of("no_such_scenario") is None
+    h0, r0, t0 = D.load("crash_loop_l4")
+    h2, r2, t2 = D.load("crash_loop_l4#2")
+    assert [g["name"] for g in h0["gpus"]] == [g["name"] for g in h2["gpus"]]
+    assert {e["kind"] for e in t0["episodes"]} == {e["kind"] for e in t2["episodes"]} == {"leak"}
+    a, b = [json.dumps(r) for r in r0], [json.dumps(r) for r in r2]
+    assert a != b and len(b) > 1000
+    assert b == [json.dumps(r) for r in D.load("crash_loop_l4#2")[1]]
+    assert D.main(["--reseed", "-1"]) == 2
+
+
 def _write_scenario(folder, name, timeout=120):
     """`python -m bench.scenarios --write FOLDER --only NAME`, as a user runs it."""
     return subprocess.run(

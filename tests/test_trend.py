@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from oomwatch.analysis.trend import floor_trend, mann_kendall, theil_sen
+from oomwatch.analysis.trend import floor_trend, mann_kendall, steady_steps_p, theil_sen
 from oomwatch.config import AnalysisConfig
 
 CFG = AnalysisConfig()
@@ -51,3 +51,30 @@ def test_block_minima_judge_a_sawtooth_by_its_troughs():
     rising = saw + (t // 30) * 0.2e9  # troughs up 200 MB a cycle
     tr = floor_trend(t, rising, 600, CFG, min_block_s=30)
     assert tr.leak and tr.slope == pytest.approx(0.2e9 / 30, rel=0.1)
+
+
+def _record_times(rng, draws):
+    """Times (one draw a second) at which i.i.d. draws set a new maximum: a caching allocator's high-water steps
+    under a stationary load."""
+    x = rng.random(draws)
+    return np.flatnonzero(x >= np.maximum.accumulate(x)).astype(float)
+
+
+@pytest.mark.parametrize("window", (600.0, 3600.0, 21600.0))
+def test_steady_steps_p_is_calibrated_on_the_records_of_a_stationary_load(window):
+    """Over 300 loads, each judged 24 h in, the test rejects records at about its alpha, not more."""
+    rng = np.random.default_rng(11)
+    ps = [steady_steps_p(_record_times(rng, 86_400), 0.0, 86_400.0, window) for _ in range(300)]
+    assert np.mean(np.asarray(ps) < 0.05) <= 0.05 + 0.04  # binomial slack for 300 draws
+    assert min(ps) > 0.001 / 300  # and no load anywhere near the strict alpha the analysis uses, Bonferroni'd
+
+
+def test_steady_steps_p_rejects_a_leak_that_keeps_stepping():
+    """An hour of serving whose cache stepped at growing gaps, then a step every 60 s (a leak of kept tensors):
+    after 10 minutes of it the steps are no records; before it, nothing to say."""
+    records = [20.0, 95.0, 400.0, 1700.0]
+    leak = [3600.0 + 60.0 * k for k in range(1, 11)]
+    assert steady_steps_p(records, 0.0, 3600.0, 600.0) == 1.0
+    assert steady_steps_p(records + leak, 0.0, 4200.0, 600.0) < 1e-6
+    assert steady_steps_p(records + leak, 0.0, 4200.0, 3600.0) < 1e-4
+    assert steady_steps_p([], 0.0, 4200.0, 600.0) == 1.0 and steady_steps_p(records, 5000.0, 6000.0, 600.0) == 1.0

@@ -78,8 +78,11 @@ class Spec:
     def gpu_samples(self) -> int:
         return (int(round(self.duration * self.hz)) + 1) * len(self.cards)
 
-    def build(self) -> Trace:
-        s = Trace(self.name, list(self.cards), self.hz, self.duration, zlib.crc32(self.name.encode()), self.note)
+    def build(self, reseed: int = 0) -> Trace:
+        """The trace; `reseed` K > 0 draws the same scenario from another seed (its transients, timings and
+        loads fall differently), to see whether a verdict holds beyond one draw."""
+        key = self.name if not reseed else f"{self.name}#{reseed}"
+        s = Trace(self.name, list(self.cards), self.hz, self.duration, zlib.crc32(key.encode()), self.note)
         self.fn(s)
         return s
 

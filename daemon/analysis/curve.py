@@ -11,8 +11,9 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   load given back now and then) are no cycle. The shortest window with a sustained significant rise gives
   the rate; the slope's lower confidence bound gives the conservative ETA.
 - Growth that is significant but not sustained (one step, levelled off, decelerating) is not a leak: it is
-  named `cache_growth` (the caching allocator's high-water marks: a handful of steps no larger than the
-  tallest transient since the server started) or `plateau`. A sustained rise of many fine steps that would
+  named `cache_growth` (the caching allocator's high-water marks: steps no larger than the tallest
+  transient since the server started, coming ever more rarely as the records of a load's demand do,
+  `trend.steady_steps_p`) or `plateau`. A sustained rise of many fine steps that would
   fill the card soon compared with its own span outpaces any cache: a leak (`_outpaces`).
 - The page is a forecast: the card's upper envelope (the reading, or the floor plus the tallest recent
   transient) reaches capacity within the horizon at the recent pace (`_recent_slope`: load slows near its
@@ -46,7 +47,7 @@ import numpy as np
 from ..config import AnalysisConfig
 from .history import History
 from .lifecycle import Lifecycle
-from .trend import Trend, floor_trend, kept_floor, mann_kendall, theil_sen
+from .trend import Trend, floor_trend, kept_floor, mann_kendall, steady_steps_p, theil_sen
 
 SHAPES = ("stable", "staircase", "ramp", "sawtooth", "spike", "idle")
 
@@ -202,7 +203,7 @@ class CardJudge:
             tr = self.trends.get(w)
             if tr is None:
                 continue
-            if tr.leak and (not self._cache_like(tr, lc, cap) or self._outpaces(tr, now, cap)):
+            if tr.leak and (not self._cache_like(tr, lc, cap, now) or self._outpaces(tr, now, cap)):
                 return tr, None
             if tr.leak:
                 cache = cache or tr
@@ -359,7 +360,7 @@ class CardJudge:
                 **base,
             )
         if levelled is not None and levelled.rise_bytes > 0:
-            kind = "cache_growth" if (levelled.leak or self._cache_like(levelled, lc, cap)) else "plateau"
+            kind = "cache_growth" if (levelled.leak or self._cache_like(levelled, lc, cap, now)) else "plateau"
             return self._levelled(levelled, kind, floor, cap, shape, base)
         self.shape_prev = shape
         nh = floor >= cfg.no_headroom_fraction * cap
@@ -554,12 +555,17 @@ class CardJudge:
         eta, eta_lo = left / tr.slope, left / tr.slope_lo
         return self._urgent(eta, eta_lo) and eta <= cfg.cache_eta_ratio * max(now - tr.since, 0.0)
 
-    def _cache_like(self, tr: Trend, lc: Lifecycle, cap: float) -> bool:
-        """A handful of steps (in the window and since serving began), each no taller than the tallest transient
-        since the server started; sampled too slowly to have seen one, the count alone says it."""
+    def _cache_like(self, tr: Trend, lc: Lifecycle, cap: float, now: float) -> bool:
+        """A handful of steps in the window, coming ever more rarely since the load began as the records of its
+        demand do (`steady_steps_p`, at the trend's own alpha), each no taller than the tallest transient since
+        the server started; sampled too slowly to have seen one, the steps alone say it."""
         cfg = self.cfg
-        if tr.rising_blocks > cfg.cache_steps_max or lc.hw_steps > cfg.cache_steps_max:
+        if tr.rising_blocks > cfg.cache_steps_max:
             return False
+        origin = lc.loaded_at if lc.loaded_at is not None else lc.serving_since
+        alpha = 0.5 * math.erfc(cfg.trend_z / math.sqrt(2))  # the trend's own one-sided alpha
+        if origin is not None and steady_steps_p(lc.hw_times, origin, now, tr.window_s) < alpha:
+            return False  # the high-water mark keeps stepping at a rate of its own: no record of a load
         if lc.tallest <= 0:
             return True
         big = lc.tallest * (1 + cfg.spike_margin)

@@ -176,6 +176,33 @@ def floor_trend(
     return Trend(**base, sustained=True)
 
 
+def steady_steps_p(times: Any, origin: float, now: float, window_s: float) -> float:
+    """How likely, were these steps the records of a stationary load, that as many of them fall in the last
+    `window_s` (1.0: nothing to say).
+
+    The caching allocator reserves more only when a batch needs more than it ever has: its high-water steps
+    are the records (new maxima) of the load's demand. Records of independent draws are independent
+    Bernoulli(1/j) events of the draw index j (Renyi 1962), so their count over draws (a, b] is about
+    Poisson(ln(b / a)), whatever the draw rate: records come ever more rarely, a handful in a day. A leak
+    keeps stepping at its own rate. `times`: the steps since the load began at `origin`; the first one is
+    what the window's lower edge cannot go below (before it, the draws' rate is unknown)."""
+    ts = [float(x) - origin for x in times if float(x) > origin]
+    if len(ts) < 2:
+        return 1.0
+    age = now - origin
+    lo = max(age - window_s, ts[0])
+    n = sum(1 for x in ts[1:] if x > lo)
+    lam = math.log(age / lo) if lo > 0 else math.inf
+    if n == 0 or not math.isfinite(lam):
+        return 1.0
+    # P(Poisson(lam) >= n) = 1 - sum_{i<n} e^-lam lam^i / i!
+    term, cdf = math.exp(-lam), 0.0
+    for i in range(n):
+        cdf += term
+        term *= lam / (i + 1)
+    return max(0.0, 1.0 - cdf)
+
+
 def kept_floor(mins: np.ndarray) -> np.ndarray:
     """For each bucket, the least memory held from it until now (suffix minimum): what was never given back."""
     return np.minimum.accumulate(mins[::-1])[::-1]
