@@ -534,9 +534,15 @@ def score(truth: dict, transitions: list[dict], header: dict) -> dict:
     return r
 
 
+def run_name(item: str) -> str:
+    """A trace's name in the reports: the scenario's, or `source: file name`."""
+    src = source_of(item)
+    return item if src == "project" else f"{src}: " + os.path.basename(item)[:-6]
+
+
 def run_one(item: str) -> dict:
     src = source_of(item)
-    name = item if src == "project" else f"{src}: " + os.path.basename(item)[:-6]
+    name = run_name(item)
     try:
         truth, trans, n, dt, header, summary = _replay(item)
     except Exception as e:  # noqa: BLE001  an analysis that raises fails its trace; the others still run
