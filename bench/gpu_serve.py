@@ -27,6 +27,10 @@ once a second with the daemon's own reader (`oomwatch.sources.allocator.Allocato
   heights, each given back.
 - f `waves_leak`: e on a pre-filled card, and from the second wave every k-th batch's logits are kept, until
   a real CUDA OOM: troughs that rise under a load that comes and goes.
+- g `ramp`: a pool-less generate() app on a pre-filled card whose load ramps up (the padded-token budget of
+  its static batches grows from 2k to a peak over 70% of the run, then holds): the allocator's cache
+  climbs with every larger batch toward the top of the card and levels off at the peak. Healthy: a first
+  climb no earlier climb can vouch for.
 The server writes its phases (monotonic clock) to a side file; the script merges them into the trace as
 annotations (`phase`, `oom`; header `scenario`, `expect`, `note`), which replay never reads. Then
 `oomwatch replay TRACE --json` runs on each trace (as recorded, and with its alloc lines removed) and
@@ -42,6 +46,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -113,6 +118,14 @@ SCENARIOS = {
         "note": "the waves of serve_waves on a card pre-filled by a 'weights' tensor, and from the second wave the app "
         "keeps every k-th batch's generate() output in a list (freed by no empty_cache), until a real CUDA OOM: "
         "troughs that rise under a load that comes and goes",
+    },
+    "g": {
+        "name": "ramp",
+        "expect": {"shape": {"0": ["stable", "spike"]}, "leak": False, "oom": False},
+        "note": "healthy: a pool-less generate() app on a card pre-filled by a 'weights' tensor, whose load ramps "
+        "up: the padded-token budget of its static batches (up to 16 requests) grows from 2k to a peak over 70% of "
+        "the run, then holds; no empty_cache: the allocator's cache climbs with every larger batch toward the top of "
+        "the card and levels off at the peak",
     },
 }
 
@@ -400,6 +413,20 @@ class Server:
             time.sleep(0.3 * a.period)
             wave += 1
 
+    def serve_ramp(self, model, seconds: float, stream: Stream) -> None:
+        """Load that ramps up: the budget grows from 2k padded tokens to `a.peak_tokens` over 70% of `seconds`,
+        then holds there; the cache is never emptied."""
+        a = self.a
+        t0 = time.monotonic()
+        ramp = 0.7 * seconds
+        while time.monotonic() - t0 < seconds:
+            x = min(1.0, (time.monotonic() - t0) / ramp)
+            budget = int(2048 + x * (a.peak_tokens - 2048))
+            batch = stream.take_static(max_n=16, budget=budget)
+            out, secs = self.gen_batch(model, batch)
+            del out
+            self.log_batch(batch, secs, budget=budget)
+
     # ---- scenarios -------------------------------------------------------------------------------
     def run(self) -> int:
         a = self.a
@@ -432,6 +459,9 @@ class Server:
                 )
                 self.serve_generate(model, a.seconds, stream, keep_every=k)
                 self.ev.phase("no_oom", kept_bytes=self.kept_bytes)
+            elif a.serve == "g":
+                self.serve_ramp(model, a.seconds, stream)
+                self.ev.phase("no_oom")
             elif a.serve in ("e", "f"):
                 self.serve_waves(model, a.seconds, stream, leak_from=1 if a.serve == "f" else None)
                 self.ev.phase("no_oom", kept_bytes=self.kept_bytes)
@@ -738,6 +768,22 @@ def record(key: str, out: str, serve_args: list[str], cap_s: float) -> dict:
     return finish(key, raw, path, events, allocs, tail.offset, t_exit, srv.returncode, killed, slog, rlog)
 
 
+#: The device's own paths in a log (its probe and temporary directories, its Python's site-packages): a
+#: result file says what happened, not where on that machine.
+_PATHS = (
+    (re.compile(r"/dev/shm/oomwatch-probe-[\w-]+"), "<probe dir>"),
+    (re.compile(r"/tmp/[\w.-]+/"), "<tmp>/"),
+    (re.compile(r"/\S*/site-packages/"), "<site-packages>/"),
+    (re.compile(r"/\S*/bin/python3?\b"), "python3"),
+)
+
+
+def scrub(text: str) -> str:
+    for pat, repl in _PATHS:
+        text = pat.sub(repl, text)
+    return text
+
+
 def finish(key, raw, path, events, allocs, offset, t_exit, rc, killed, slog, rlog) -> dict:
     """Merge the recording, the alloc lines and the server's phases into one trace; replay it; judge."""
     from oomwatch.trace import alloc_line
@@ -831,8 +877,8 @@ def finish(key, raw, path, events, allocs, offset, t_exit, rc, killed, slog, rlo
         "replay_stderr": rep["stderr_tail"],
         "replay_summary": rep["summary"],
         "replay_transitions": rep["transitions"],
-        "server_log_tail": slog[-2500:],
-        "record_log_tail": rlog[-600:],
+        "server_log_tail": scrub(slog[-2500:]),
+        "record_log_tail": scrub(rlog[-600:]),
     }
     return res
 
@@ -901,7 +947,7 @@ def smoke() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--only", default="a,b,c,d,e,f")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g")
     ap.add_argument("--budget-s", type=float, default=560.0, help="stop starting scenarios past this")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--seconds-a", type=float, default=150)
@@ -916,6 +962,9 @@ def main() -> int:
     ap.add_argument("--period-e", type=float, default=40, help="e, f: the load's wave, busy 70%% then quiet")
     ap.add_argument("--pad-free-gb-f", type=float, default=14)
     ap.add_argument("--keep-every-f", type=int, default=1)
+    ap.add_argument("--seconds-g", type=float, default=210)
+    ap.add_argument("--pad-free-gb-g", type=float, default=13)
+    ap.add_argument("--peak-tokens-g", type=int, default=40960, help="g: the budget the load ramps up to")
     # the server's own flags
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--events", help=argparse.SUPPRESS)
@@ -929,6 +978,7 @@ def main() -> int:
     ap.add_argument("--no-cudnn-sdpa", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--period", type=float, default=40, help=argparse.SUPPRESS)
     ap.add_argument("--keep-every", type=int, default=3, help=argparse.SUPPRESS)
+    ap.add_argument("--peak-tokens", type=int, default=40960, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
         return server_main(a)
@@ -978,6 +1028,19 @@ def main() -> int:
             None,
         ),
     }
+    plan["g"] = (
+        [
+            "--seconds",
+            str(a.seconds_g),
+            "--rate",
+            "8",
+            "--pad-free-gb",
+            str(a.pad_free_gb_g),
+            "--peak-tokens",
+            str(a.peak_tokens_g),
+        ],
+        a.seconds_g + 120,
+    )
     if a.no_cudnn_c:
         SCENARIOS["c"]["note"] += " (cuDNN's SDPA turned off, torch.backends.cuda.enable_cudnn_sdp(False))"
     for key in a.only.split(","):
@@ -1018,7 +1081,7 @@ def main() -> int:
                 flush=True,
             )
         with open(os.path.join(a.out, "gpu_serve.json"), "w") as f:
-            json.dump(res, f, indent=1)
+            f.write(scrub(json.dumps(res, indent=1)))  # the device's paths stay on the device
     return 0
 
 

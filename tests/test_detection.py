@@ -76,6 +76,12 @@ EXPECTED_FAILURES: dict[str, str] = {
     "at the top like healthy cache growth to 98.6% (serving_cache_growth)",
     "real:sawtooth_rising": "open: paged 17 s ahead (floor 19 s)",
     "real:slow_leak": "open: a staircase from a process's birth is read as its start for the trace's 62 s",
+    # -- open: false leak warnings
+    # Recorded on the H200 (bench/gpu_serve.py g): a pool-less generate() app whose load ramps up, batches back to
+    # back. Read once a second, its live tensors are nearly always mid-request, so their floor follows the load's
+    # in-flight KV cache (+1 GiB over 90 s) and reads as kept tensors; the allocator's cache meanwhile fills the
+    # card to 99.6% and is flushed before CUDA fails (NVML alone pages it; the probe withdraws the page).
+    "real:serve_ramp": "open: live tensors sampled mid-request follow a ramping load: warned as a leak three times",
     # -- open: false pages
     "request_cycles_no_pool_l4_12h": "open: false pages on the first two climbs, which outgrow every earlier one "
     "(peaks vary from 60% to 100% of the swing) with 3 GB left on an L4; from the third the card's own past "
