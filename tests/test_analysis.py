@@ -485,3 +485,48 @@ def test_the_same_steps_at_a_steady_pace_are_a_leak():
     trans, oom = _vllm_card(0.85, _steps_at(times, 0.75 * synth.GiB), 12_600, hz=0.5)
     assert oom is None
     assert fired(trans, "GPUMemoryLeak")
+
+
+def _uvicorn_l4(level, seconds, hz=2.0):
+    """A pool-less app under uvicorn on an L4 (22.5 GiB): 14.5 GiB of weights, then `level(t)` bytes above
+    them from 60 s. Returns (transitions, the time memory went to 0 (the OOM) or None)."""
+    from oomwatch.model import GpuInfo, GpuSample, ProcInfo
+
+    total, reserved = 23034 << 20, 512 << 20
+    cap = total - reserved
+    a = Analyzer((GpuInfo(0, "NVIDIA L4", "GPU-l4-0", total),))
+    a.add_proc(ProcInfo(900, "python3", ("python3", "-m", "uvicorn", "app:app"), 1, 1.0))
+    trans, dead = [], None
+    for k in range(int(seconds * hz)):
+        t = k / hz
+        u = 0.0 if t < 5 else 14.5 * synth.GiB * min(1.0, (t - 5) / 10) + (level(t) if t >= 60 else 0.0)
+        u = float(int(u) // (64 << 20) * (64 << 20))
+        if dead is None and u > cap:
+            dead = t
+        if dead is not None:
+            u = 0.0
+        procs = ((900, int(u)),) if u else ()
+        trans += a.add_sample(Sample(t, (GpuSample(0, int(u), cap - int(u), reserved, 0, procs),)))
+    return trans, dead
+
+
+def test_a_climb_slowing_toward_its_peak_does_not_page_on_a_forecast_that_recedes():
+    """A load cycle's first rising half (3.6 GiB over five minutes, a raised cosine) on a pool-less L4: near its
+    peak the forecast says full within the horizon, but the moment it puts the OOM recedes as fast as time
+    passes, because the climb slows. The forecast does not hold through its confirmation: no page."""
+    import math
+
+    swing = 3.6 * synth.GiB
+    trans, oom = _uvicorn_l4(lambda t: swing * (0.5 - 0.5 * math.cos(2 * math.pi * (t - 60) / 600)), 700)
+    assert oom is None
+    assert not fired(trans, "GPUOOMImminent")
+
+
+def test_a_climb_that_keeps_its_pace_pages_on_the_same_card():
+    """The same card climbing at a steady 12 MiB/s to a CUDA OOM: its forecast keeps its date, and pages."""
+    trans, oom = _uvicorn_l4(lambda t: (t - 60) * 12 * (1 << 20), 900)
+    assert oom is not None
+    pages = fired(trans, "GPUOOMImminent")
+    assert pages and pages[0] < oom - 60, (pages, oom)
+    leaks = fired(trans, "GPUMemoryLeak")
+    assert leaks and leaks[0] <= pages[0] + 5, (leaks, pages)  # a page on a leak says the leak too

@@ -49,6 +49,7 @@ class GpuState:
     oom_since: float | None = None  # when the OOM projection became urgent (its confirmation clock)
     leak_since: float | None = None  # when the leak verdict began (its confirmation clock)
     oom_last: float = 0.0  # the last evaluation that found the projection urgent
+    oom_at: float = 0.0  # when the projection put the OOM as its confirmation began
     # (verdict, the info findings built from it): rebuilt only when the verdict changes
     shown: tuple[CurveVerdict, list[findings.Finding]] | None = None
     ever_leak: bool = False  # for the plot: the strongest leak verdict seen, and when

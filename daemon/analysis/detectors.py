@@ -212,16 +212,25 @@ class CardCurve:
         # so a cycle's ramp that will be given back, or a step that stops, resolves before it fires.
         page = False
         if v.leak and v.urgent and v.eta_seconds is not None:
+            band = max(0.0, (v.eta_lo_seconds or v.eta_seconds) - v.eta_seconds)  # the forecast's own spread
             if st.oom_since is None:
-                st.oom_since = now
+                st.oom_since, st.oom_at = now, now + v.eta_seconds + band
             st.oom_last = now
             wait = (
                 v.confirm_s if v.confirm_s is not None else min(cfg.oom_for_max_s, cfg.oom_for_fraction * v.eta_seconds)
             )
             page = now - st.oom_since >= wait
+            if page and wait > 0 and now + v.eta_seconds > st.oom_at + (now - st.oom_since):
+                # The forecast did not hold while it was confirmed: the moment it puts the OOM receded, beyond
+                # its own spread, by all the time waited (its ETA did not shrink at all: a climb slowing toward
+                # its peak, as load does; a leak keeps its date, whatever the noise of its rate). Confirm again
+                # from the forecast as it stands now.
+                page = False
+                st.oom_since, st.oom_at = now, now + v.eta_seconds + band
         elif st.oom_since is not None and now - st.oom_last > cfg.confirm_gap_s:
             st.oom_since = None  # one odd evaluation does not restart the confirmation
         b = st.busy
+        told = False  # the leak warning went out this evaluation
         if v.leak:
             if st.leak_since is None:
                 st.leak_since = now
@@ -230,6 +239,7 @@ class CardCurve:
             if page or now - st.leak_since >= wait:
                 f, c = findings.leak(gpu, uuid, name, v, cap, st.info.total_bytes, now)
                 out.append(Detection(f, c))
+                told = True
                 if b is not None:
                     b.leak_confirmed = True
         else:
@@ -254,6 +264,9 @@ class CardCurve:
             # the page lands with the horizon still ahead: the same allowance as `CardJudge._urgent`
             allowance = min(cfg.oom_for_max_s, cfg.oom_for_fraction * fill) if fill is not None else 0.0
             page = fill is not None and fill <= limit + allowance + cfg.oom_lead_margin_s
+        if page and v.leak and not told:  # a page on a leak says the leak too, whichever forecast paged
+            f, c = findings.leak(gpu, uuid, name, v, cap, st.info.total_bytes, now)
+            out.append(Detection(f, c))
         if b is not None:
             b.paging = page
         if page:
