@@ -105,10 +105,12 @@ class CardJudge:
         "start_due",
         "start_v",
         "full_t",
+        "alpha",
     )
 
     def __init__(self, cfg: AnalysisConfig):
         self.cfg = cfg
+        self.alpha = 0.5 * math.erfc(cfg.trend_z / math.sqrt(2))  # the trend's own one-sided alpha, as a p
         self.trends: dict[float, Trend] = {}
         self.due: dict[float, float] = {}
         self.transients: deque[tuple[float, float]] = deque()  # (t, height) of transients given back while serving
@@ -563,8 +565,7 @@ class CardJudge:
         if tr.rising_blocks > cfg.cache_steps_max:
             return False
         origin = lc.loaded_at if lc.loaded_at is not None else lc.serving_since
-        alpha = 0.5 * math.erfc(cfg.trend_z / math.sqrt(2))  # the trend's own one-sided alpha
-        if origin is not None and steady_steps_p(lc.hw_times, origin, now, tr.window_s) < alpha:
+        if origin is not None and steady_steps_p(lc.hw_times, origin, now, tr.window_s) < self.alpha:
             return False  # the high-water mark keeps stepping at a rate of its own: no record of a load
         if lc.tallest <= 0:
             return True

@@ -230,18 +230,15 @@ class CardCurve:
         elif st.oom_since is not None and now - st.oom_last > cfg.confirm_gap_s:
             st.oom_since = None  # one odd evaluation does not restart the confirmation
         b = st.busy
-        told = False  # the leak warning went out this evaluation
+        leak_due = False  # the leak verdict has held its own confirmation (or the first forecast pages)
         if v.leak:
             if st.leak_since is None:
                 st.leak_since = now
             eta = v.eta_seconds if v.eta_seconds is not None else float("inf")
             wait = min(cfg.leak_for_max_s, max(cfg.leak_for_min_s, cfg.leak_for_fraction * eta))
-            if page or now - st.leak_since >= wait:
-                f, c = findings.leak(gpu, uuid, name, v, cap, st.info.total_bytes, now)
-                out.append(Detection(f, c))
-                told = True
-                if b is not None:
-                    b.leak_confirmed = True
+            leak_due = page or now - st.leak_since >= wait
+            if leak_due and b is not None:
+                b.leak_confirmed = True
         else:
             st.leak_since = None
         pv = v
@@ -264,7 +261,7 @@ class CardCurve:
             # the page lands with the horizon still ahead: the same allowance as `CardJudge._urgent`
             allowance = min(cfg.oom_for_max_s, cfg.oom_for_fraction * fill) if fill is not None else 0.0
             page = fill is not None and fill <= limit + allowance + cfg.oom_lead_margin_s
-        if page and v.leak and not told:  # a page on a leak says the leak too, whichever forecast paged
+        if v.leak and (leak_due or page):  # a page on a leak says the leak too, whichever forecast paged
             f, c = findings.leak(gpu, uuid, name, v, cap, st.info.total_bytes, now)
             out.append(Detection(f, c))
         if b is not None:

@@ -83,7 +83,6 @@ class Lifecycle:
         "falling",
         "max_jump",
         "hw_level",
-        "hw_steps",
         "hw_times",
         "prev_lo",
     )
@@ -113,8 +112,7 @@ class Lifecycle:
         self.release_times: deque[float] = deque(maxlen=16)
         self.falling = False
         self.max_jump = 0.0  # the largest single rise of this start so far
-        self.hw_level = 0.0  # high-water floor while serving, how many times it stepped up, and when
-        self.hw_steps = 0
+        self.hw_level = 0.0  # high-water floor while serving, and when it stepped up
         self.hw_times: deque[float] = deque(maxlen=64)
         self.prev_lo = 0.0  # the last evaluation's least reading (levels move on what two evaluations hold)
 
@@ -198,13 +196,12 @@ class Lifecycle:
                 self.phase = "serving"
                 self.serving_since, self.loaded_at = now, loaded
                 self.end_reason = why
-                self.hw_level, self.hw_steps = lo, 0
+                self.hw_level = lo
                 self.hw_times.clear()
         elif self.phase == "serving":
             # The caching allocator steps its high-water mark up ever more rarely (the records of its load's
             # demand); a leak keeps stepping at its own pace. When it stepped is what tells them apart.
             if lo > self.hw_level + cfg.transient_min_bytes:
-                self.hw_steps += 1
                 self.hw_times.append(now)
                 self.hw_level = lo
             elif lo < self.hw_level - step:
