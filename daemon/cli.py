@@ -207,6 +207,15 @@ def _cards(v: str) -> int:
     return n
 
 
+def _shard(v: str) -> tuple[int, int]:
+    from .backtest.series import parse_shard
+
+    try:
+        return parse_shard(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be K/N with 0 <= K < N (e.g. 0/4): {_show(v)}") from None
+
+
 def credential_flags(add: Callable[..., object], kind: str, whom: str) -> None:
     """The four `--<kind>-*` credential flags (daemon/credentials.py; files, never values: those show in
     `ps`), defined once for every command that calls out: `run` (Alertmanager and engines), `diagnose` and
@@ -378,6 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"with --prometheus: cards evaluated at most; more are counted, not evaluated (default "
         f"{DaemonConfig.max_cards}; see docs/fleet.md)",
+    )
+    run_flag(
+        "--shard",
+        type=_shard,
+        metavar="K/N",
+        help="with --prometheus: only the cards whose node hashes to K of N, as `oomwatch backtest --shard` splits "
+        "them: N centrals, K = 0 .. N-1, share a fleet (docs/fleet.md)",
     )
     # Credentials from files (never as values: those show in `ps`), checked at start (daemon/credentials.py),
     # and TLS and basic auth for oomwatch's own endpoints (exporters/webconfig.py); see docs/security.md.

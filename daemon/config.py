@@ -439,6 +439,7 @@ class DaemonConfig:
     prometheus: str | None = None
     selector: str = ""  # label matchers narrowing the cards read (`job="dcgm"`, `Hostname=~"gpu-.*"`)
     scrape_interval: float | None = None  # the exporters' scrape interval; None: found from the samples' spacing
+    shard: tuple[int, int] | None = None  # (K, N): only the cards whose node hashes to K of N (the backtest's)
     max_cards: int = 256  # cards evaluated at most. Each costs ~0.4 ms of CPU per read, 18 series and its
     # analysis history (0.84 MiB after 6 h, up to ~2 MiB once the 7-day level fills): 256 cards are ~120 ms per
     # read, ~4,600 series and ~215 MiB (bench/central.py). Cards beyond are counted

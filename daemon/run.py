@@ -50,6 +50,10 @@ def on_signals(stop: threading.Event, on_hup: Callable[[], None] | None = None) 
         signal.signal(signal.SIGHUP, hup)
 
 
+#: Flags of the central mode alone (daemon/central/): without --prometheus they would be ignored, so they are refused.
+CENTRAL_ONLY = (("selector", "--selector"), ("shard", "--shard"), ("scrape_interval", "--scrape-interval"))
+
+
 def check(cfg: DaemonConfig) -> None:
     """Refuse a config the daemon would run badly with (the CLI checks the same; this guards other callers).
 
@@ -77,6 +81,9 @@ def check(cfg: DaemonConfig) -> None:
     for flag, folder in (("--flight-dir", cfg.flight_dir), ("--state-dir", cfg.state_dir)):
         if folder:
             writable_dir(flag, folder)
+    given = [flag for name, flag in CENTRAL_ONLY if getattr(cfg, name) is not None and getattr(cfg, name) != ""]
+    if given and not cfg.prometheus:
+        raise UsageError(f"{', '.join(given)}: for the central mode only, which reads the fleet from --prometheus URL")
     cfg.alertmanager_auth.check(cfg.alertmanager_url)  # credential files readable, one way to authenticate
     cfg.engine_auth.check(cfg.engine_url)
 

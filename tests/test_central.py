@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 
 from conftest import example, free_port, need_binary, stop_process
+from oomwatch.backtest.series import shard_of
 from oomwatch.backtest.tsdb import trace_gpus, trace_points
 from servers import Alertmanager, LocalHttp, Prometheus, QuietHandler, Webhook, start_oomwatch, wait_http
 
@@ -126,6 +127,24 @@ def test_a_selector_narrows_the_cards(fleet):
         stop_process(p)
 
 
+def test_shards_split_the_fleet_by_node_as_the_backtest_does(fleet):
+    """N centrals with --shard K/N watch disjoint parts of the fleet that together are all of it, each card in
+    the shard `oomwatch backtest --shard` puts it in (crc32 of its node)."""
+    _exporter, prom, _am, _hook = fleet
+    nodes = {node for node, _, _ in CARDS}
+    want = {k: {n for n in nodes if shard_of(n, 2) == k} for k in (0, 1)}
+    assert all(want.values()), "the stand-in's nodes must fall in both shards for this test to mean anything"
+    seen = {}
+    for k in (0, 1):
+        p, addr = start_oomwatch("--prometheus", prom.url, "--shard", f"{k}/2")
+        try:
+            metrics = _metrics_once(addr, f'state="watched"}} {len(want[k])}.0')
+            seen[k] = {s.split('node="')[1].split('"')[0] for s in _series(metrics, "oomwatch_gpu_memory_used_bytes")}
+        finally:
+            stop_process(p)
+    assert seen == want
+
+
 def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "oomwatch", "run", "--listen", f"127.0.0.1:{free_port()}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -138,6 +157,9 @@ def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
         (["--prometheus", "http://"], "not an http(s)://HOST[:PORT] Prometheus URL"),
         (["--prometheus", "http://127.0.0.1:1", "--replay", "example:staircase"], "--replay need NVML"),
         (["--prometheus", "http://127.0.0.1:1", "--max-cards", "0"], "--max-cards: must be from 1"),
+        (["--prometheus", "http://127.0.0.1:1", "--shard", "2/2"], "--shard: must be K/N with 0 <= K < N"),
+        (["--shard", "0/2", "--replay", "example:staircase"], "--shard: for the central mode only"),
+        (["--selector", 'job="dcgm"', "--replay", "example:staircase"], "--selector: for the central mode only"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, says):

@@ -54,7 +54,7 @@ class Central:
     ):
         self.cfg = cfg
         self.client = client
-        self.reader = FleetReader(client, cfg.selector)
+        self.reader = FleetReader(client, cfg.selector, cfg.shard)
         self.pusher = pusher
         self._clock = clock
         cc = cfg.central

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..backtest.card import _bytes, _merge, _opt_bytes
-from ..backtest.series import SOURCES, Card, CardKey, cards_from_series, series_key
+from ..backtest.series import SOURCES, Card, CardKey, cards_from_series, in_shard, series_key
 from ..sources.prometheus import PrometheusClient, Series
 
 __all__ = ["FleetRead", "FleetReader", "Point", "metric_names"]
@@ -39,8 +39,9 @@ class FleetRead:
 class FleetReader:
     """Reads the fleet through one `PrometheusClient`; `selector` narrows the series (`job="dcgm"`)."""
 
-    def __init__(self, client: PrometheusClient, selector: str = ""):
+    def __init__(self, client: PrometheusClient, selector: str = "", shard: tuple[int, int] | None = None):
         self.client = client
+        self.shard = shard  # (K, N): only the cards of the nodes that hash to K (`backtest.series.shard_of`)
         inner = selector.strip().strip("{}").strip()
         self._matchers = f'__name__=~"{"|".join(metric_names())}"' + (f",{inner}" if inner else "")
 
@@ -57,6 +58,7 @@ class FleetReader:
             if hit is not None:
                 by_card.setdefault(hit[2], {}).setdefault(hit[1], []).append(s)
         cards = _one_per_card(cards_from_series([s.labels for s in series if s.t]))
+        cards = [c for c in cards if in_shard(c, self.shard)]
         out = [(c, _points(c, by_card.get(c.key, {}))) for c in cards]
         out = [(c, p) for c, p in out if p]
         return FleetRead(out, _spacing([p for _, p in out]))
