@@ -273,7 +273,10 @@ class AnalysisConfig:
     # -- transients
     spike_margin: float = 0.25  # the next spike may be this much taller than the tallest seen ...
     spike_margin_bytes: int = 512 << 20  # ... and at least this much (on a 24 GB card 2% is less than a prefill)
-    spike_window_s: float = 300.0  # how far back transient peaks count
+    # How far back transient peaks count: the finest history level's span. A steady load's tallest transient
+    # over 5 minutes (~100 of them) swings by its last few percent from one window to the next, enough to
+    # resolve a spike-risk warning and fire it again on an unchanged load (and to miss its OOM in between).
+    spike_window_s: float = 900.0
     transient_fraction: float = 0.02  # a peak this far above the floor (of capacity) is a transient ...
     transient_min_bytes: int = 256 << 20  # ... and at least this large (below it is allocator noise)
     quiet_recheck_s: float = 30.0  # a quiet serving card is judged in full at least this often

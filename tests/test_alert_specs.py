@@ -110,6 +110,7 @@ def _quoted():
         ("GPUOOMImminent", f"a trace of the last {_minutes(a.window_s)}"),  # the flight recorder's span
         ("GPUOOMImminent", f"http://<host>:{port}/"),
         ("GPUMemorySpikeRisk", f"one {_pct(a.spike_margin)} taller"),
+        ("GPUMemorySpikeRisk", f"in the last {_minutes(a.spike_window_s)}"),
         ("GPUMemorySpikeRisk", f"samples at {1 / d.interval:g} Hz"),
         ("GPUMemorySpikeRisk", "a 15-30 s Prometheus scrape"),  # Prometheus' common intervals, not ours
         ("GPUMemoryImbalance", f"more than {_pct(a.imbalance_fraction)} of their memory"),

@@ -530,3 +530,39 @@ def test_a_climb_that_keeps_its_pace_pages_on_the_same_card():
     assert pages and pages[0] < oom - 60, (pages, oom)
     leaks = fired(trans, "GPUMemoryLeak")
     assert leaks and leaks[0] <= pages[0] + 5, (leaks, pages)  # a page on a leak says the leak too
+
+
+def _steady_transients(seed, hi_gib, seconds=3600, hz=10.0):
+    """A pool-less app under uvicorn on an L4 (22 GiB usable, 14.5 GiB of weights) serving one load for an
+    hour: prefill transients of uniform height up to `hi_gib` GiB, held 0.1-0.5 s, about one every 2 s."""
+    import random
+
+    from oomwatch.model import GpuInfo, GpuSample, ProcInfo
+
+    total, reserved = 23034 << 20, 512 << 20
+    cap = total - reserved
+    a = Analyzer((GpuInfo(0, "NVIDIA L4", "GPU-l4-0", total),))
+    a.add_proc(ProcInfo(900, "python3", ("python3", "-m", "uvicorn", "app:app"), 1, 1.0))
+    rnd = random.Random(seed)
+    trans, nxt, end, h = [], 60.0, 0.0, 0.0
+    for k in range(int(seconds * hz)):
+        t = k / hz
+        u = 0.0 if t < 5 else 14.5 * synth.GiB * min(1.0, (t - 5) / 10)
+        if t >= nxt:
+            h, end, nxt = rnd.uniform(0.5, hi_gib) * synth.GiB, t + rnd.uniform(0.1, 0.5), t + rnd.expovariate(0.5)
+        u = int(min(u + (h if t < end else 0.0), cap))
+        trans += a.add_sample(Sample(t, (GpuSample(0, u, cap - u, reserved, 0, ((900, u),)),)))
+    return trans
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_spike_risk_on_an_unchanged_load_holds_without_flapping(seed):
+    """Transients up to 6.15 GiB where one 25% taller than 6 GiB no longer fits: the risk is the same for the
+    whole hour, so GPUMemorySpikeRisk fires once and holds. The tallest of the last 5 minutes (~150
+    transients) swings around the line and resolved and re-fired the warning on 3 of these 10 draws; the last
+    15 minutes' does not."""
+    trans = _steady_transients(seed, 6.15)
+    sp = [tr.state for tr in trans if tr.alert.alertname == "GPUMemorySpikeRisk"]
+    assert sp == ["firing"], sp
+    others = [tr for tr in trans if tr.alert.alertname != "GPUMemorySpikeRisk"]
+    assert not others, [(tr.t, tr.alert.alertname) for tr in others]
