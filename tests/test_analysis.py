@@ -566,3 +566,29 @@ def test_spike_risk_on_an_unchanged_load_holds_without_flapping(seed):
     assert sp == ["firing"], sp
     others = [tr for tr in trans if tr.alert.alertname != "GPUMemorySpikeRisk"]
     assert not others, [(tr.t, tr.alert.alertname) for tr in others]
+
+
+def test_a_pool_taken_in_one_sample_while_the_weights_load_is_not_paged():
+    """A continuous-batching app the command line does not name (no budget known) loads 28 GiB of weights in
+    shards, and its first batch takes the paged pool, to 92% of an A100, in one 10 Hz sample before the start
+    has held steady; the batch gives it back 6 s later. The jump is the start's own dominant allocation,
+    judged against the start's line at the next evaluation, not a climb to extrapolate: no page. A start
+    whose rises are like each other (the weights) and go on to the top still is (real tp_imbalance)."""
+    from oomwatch.model import GpuInfo, GpuSample, ProcInfo
+
+    total, reserved = 80 << 30, 512 << 20
+    cap = total - reserved
+    a = Analyzer((GpuInfo(0, "NVIDIA A100-SXM4-80GB", "GPU-a100-0", total),))
+    a.add_proc(ProcInfo(700, "python3", ("python3", "app.py"), 1, 1.0))
+    trans = []
+    for k in range(800):
+        t = k / 10
+        shards = min(6, max(0, int((t - 10) // 4.5) + 1)) if t >= 10 else 0
+        u = shards * 4.7 * synth.GiB
+        if 47.4 <= t < 53.4 or 55.5 <= t < 59.5:
+            u = 72.8 * synth.GiB  # the pool, taken and given back by each batch
+        u = int(u)
+        procs = ((700, u),) if t >= 10 else ()
+        trans += a.add_sample(Sample(t, (GpuSample(0, u, cap - u, reserved, 0, procs),)))
+    assert not fired(trans, "GPUOOMImminent"), [(tr.t, tr.alert.summary) for tr in trans]
+    assert not fired(trans, "GPUMemoryLeak")

@@ -621,7 +621,13 @@ class CardJudge:
         tr = self.start_v
         if not tr.leak:
             return CurveVerdict("stable", **base)
-        ref = max(used, floor + tallest)
+        # A newest reading that jumped as a KV pool does (the lifecycle's dominant jump: one allocation much
+        # larger than any of this start before it) is judged at the next evaluation, when the lifecycle has
+        # seen it and drawn the start's line above it: until then, what the card held through the last one.
+        held = float(mn[int(np.searchsorted(t, now - cfg.eval_interval_s)) :].min())
+        jump = used - held
+        pool_jump = jump >= cfg.dominant_fraction * cap and jump >= cfg.dominant_factor * lc.max_jump
+        ref = max(held if pool_jump else used, floor + tallest)
         eta = max(0.0, (cap - ref) / tr.slope)
         eta_lo = max(0.0, (cap - ref) / tr.slope_lo)
         lasted = now - (tr.since if tr.since is not None else t0)
