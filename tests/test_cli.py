@@ -129,6 +129,7 @@ def test_every_run_flag_is_read_from_its_variable():
         "prometheus": "http://prometheus:9090",
         "scrape_interval": "15",
         "max_cards": "10",
+        "shard": "1/4",
     }
     p = build_parser()
     for a in subcommands(p)["run"]._actions:
