@@ -113,7 +113,7 @@ class CardJudge:
         self.alpha = 0.5 * math.erfc(cfg.trend_z / math.sqrt(2))  # the trend's own one-sided alpha, as a p
         self.trends: dict[float, Trend] = {}
         self.due: dict[float, float] = {}
-        self.transients: deque[tuple[float, float]] = deque()  # (t, height) of transients given back while serving
+        self.transients: deque[tuple[float, float]] = deque()  # (t, height) given back while serving, falling
         self.releases: deque[float] = deque()  # replaced by the card's lifecycle release times in judge()
         self.shape_prev = "idle"
         self.last: CurveVerdict | None = None  # the last verdict, reused while nothing moves
@@ -151,10 +151,14 @@ class CardJudge:
                     if h > lc.tallest:
                         lc.tallest = h
                     if lc.phase == "serving":
+                        # Kept falling in height: one no taller than a newer one can never be the window's
+                        # tallest again, so the tallest is the first (O(1) per evaluation, whatever the window).
+                        while self.transients and self.transients[-1][1] <= h:
+                            self.transients.pop()
                         self.transients.append((now, h))
         while self.transients and now - self.transients[0][0] > cfg.spike_window_s:
             self.transients.popleft()
-        return max((h for _, h in self.transients), default=0.0)
+        return self.transients[0][1] if self.transients else 0.0
 
     def _period(self) -> float:
         """The card's cycle: the median gap between its releases when they repeat (three or more, their
