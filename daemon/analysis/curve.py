@@ -106,6 +106,7 @@ class CardJudge:
         "start_v",
         "full_t",
         "alpha",
+        "period_of",
     )
 
     def __init__(self, cfg: AnalysisConfig):
@@ -121,6 +122,7 @@ class CardJudge:
         self.start_due = -math.inf  # the start's trend is re-tested this often (its span / trend_cadence)
         self.start_v: Trend | None = None  # the start's last trend test
         self.full_t = -math.inf  # the last full judgement
+        self.period_of: tuple[tuple[int, float, float], float] = ((0, 0.0, 0.0), 0.0)  # (releases' key, period)
 
     def reset(self) -> None:
         self.trends.clear()
@@ -167,10 +169,15 @@ class CardJudge:
         r = self.releases
         if len(r) < 3:  # one gap is no evidence of a cycle
             return 0.0
+        # Releases are only appended (in time order) and dropped from the left, so their count and two ends
+        # name their contents: the period is worked out once per new release, not at every evaluation.
+        key = (len(r), r[0], r[-1])
+        if key == self.period_of[0]:
+            return self.period_of[1]
         d = np.diff(np.fromiter(r, float))
-        if float(np.std(d)) > self.cfg.cycle_regularity * float(np.mean(d)):
-            return 0.0
-        return float(np.median(d))
+        period = 0.0 if float(np.std(d)) > self.cfg.cycle_regularity * float(np.mean(d)) else float(np.median(d))
+        self.period_of = (key, period)
+        return period
 
     def _min_rise(self, w: float, cap: float, floor: float) -> float:
         """The least growth a window may call a leak: a settle step on short windows (the tail of graph capture
