@@ -592,3 +592,53 @@ def test_a_pool_taken_in_one_sample_while_the_weights_load_is_not_paged():
         trans += a.add_sample(Sample(t, (GpuSample(0, u, cap - u, reserved, 0, procs),)))
     assert not fired(trans, "GPUOOMImminent"), [(tr.t, tr.alert.summary) for tr in trans]
     assert not fired(trans, "GPUMemoryLeak")
+
+
+def test_incremental_card_state_matches_its_definition():
+    """The judge keeps two things incrementally so an evaluation costs the same whatever the window: the
+    tallest transient of the spike window (a deque kept falling in height) and the cycle's period (worked out
+    once per new release). After evaluations of a card with transients at random heights and batches given
+    back at regular, then irregular gaps, both equal what their definitions give from scratch: the deque holds
+    the window's transients, tallest first, and the period is the median gap of the remembered releases when
+    regular (0 when not), through the release memory's rollover."""
+    import random
+
+    from oomwatch.model import GpuInfo, GpuSample, ProcInfo
+
+    cfg = AnalysisConfig()
+    total, reserved = 80 << 30, 512 << 20
+    cap = total - reserved
+    a = Analyzer((GpuInfo(0, "NVIDIA A100-SXM4-80GB", "GPU-a100-0", total),), cfg)
+    a.add_proc(ProcInfo(800, "python3", ("python3", "-m", "uvicorn", "app:app"), 1, 1.0))
+    rnd = random.Random(7)
+    nxt, end, h, hz = 60.0, 0.0, 0.0, 10.0
+    batch_at, batch_end = 100.0, 0.0
+    st = a.gpus[0]
+    periods = set()
+    for k in range(int(3000 * hz)):
+        t = k / hz
+        u = 0.0 if t < 5 else 30 * synth.GiB * min(1.0, (t - 5) / 10)
+        if t >= nxt:
+            h = rnd.uniform(0.5, 6.0) * synth.GiB
+            end, nxt = t + rnd.uniform(0.2, 0.6), t + rnd.expovariate(0.3)
+        if t >= batch_at:  # a batch holds 6 GiB for 20 s and gives it back: one release each
+            batch_end = t + 20.0
+            batch_at = t + (60.0 + rnd.uniform(-2, 2) if t < 1500 else rnd.uniform(25, 200))
+        u += 6 * synth.GiB if t < batch_end else 0.0
+        u = int(min(u + (h if t < end else 0.0), cap))
+        a.add_sample(Sample(t, (GpuSample(0, u, cap - u, reserved, 0, ((800, u),)),)))
+        j = st.judge
+        if st.lc.phase != "serving" or k % 50:
+            continue
+        held = list(j.transients)
+        assert all(t - x[0] <= cfg.spike_window_s for x in held)
+        assert all(p[1] > q[1] for p, q in zip(held, held[1:], strict=False))  # falling: the first is the tallest
+        rel = list(st.lc.release_times)
+        if len(rel) >= 3:
+            d = np.diff(rel)
+            want = 0.0 if np.std(d) > cfg.cycle_regularity * np.mean(d) else float(np.median(d))
+            assert j._period() == want
+            periods.add(want > 0)
+    assert held, "no transient was judged"
+    assert periods == {True, False}  # a regular cycle and irregular releases were both checked
+    assert len(st.lc.release_times) == st.lc.release_times.maxlen  # the release memory rolled over
