@@ -394,7 +394,11 @@ class CentralConfig:
     `DaemonConfig.max_cards`, `DaemonConfig.scrape_interval`.)"""
 
     backfill_s: float = 900.0  # the first read takes the last 15 min (the analysis' finest history level), so a
-    # card that is already leaking is judged at once, not after a warm-up of the central process
+    # card that is already leaking is judged at once, not after a warm-up of the central process ...
+    history_s: float = 21600.0  # ... and, before them, this much of each card's history (the analysis' 6-hour
+    # level, where the trend windows up to 6 h read), one point per `history_step_s`: a central that restarts
+    # judges a slow leak on hours of its curve at once, as `--state-dir` lets the sidecar (0: none)
+    history_step_s: float = 60.0  # the coarsest level's bucket; a step the coarse-step tests hold verdicts at
     default_scrape_s: float = 15.0  # the read period until the samples' spacing is known (the common interval)
     min_read_window_s: float = 60.0  # each read looks back at least this far: a scrape that landed late (a slow
     # target, Prometheus' own ingestion) is still read, and each sample is fed once (by its timestamp)

@@ -11,7 +11,7 @@ from typing import Any
 from .analysis.analyzer import Analyzer, GpuState
 from .analysis.findings import SEVERITY_ORDER
 from .config import CARD_ALERTS
-from .words import duration, gib
+from .words import duration, gib, rate
 
 SHAPE_WORDS = {
     "stable": "flat",
@@ -26,11 +26,6 @@ SHAPE_WORDS = {
 def _pct(b: float, cap: float) -> str:
     """`b` as a share of `cap`; a card of no known size (0 bytes) shows the bytes instead of dividing by 0."""
     return f"{b / cap:.1%}" if cap > 0 else gib(b)
-
-
-def _rate(bps: float) -> str:
-    mib = bps / (1 << 20)
-    return f"{mib:.0f} MiB/s" if mib >= 1 else f"{bps * 3600 / (1 << 20):.0f} MiB/hour"
 
 
 def _episode_words(a: Analyzer, st: GpuState) -> str:
@@ -71,12 +66,12 @@ def verdict_sentence(a: Analyzer, st: GpuState) -> str:
         s = f"in its {what} since {max(0.0, (a.now or 0) - (lc.start_t or 0)):.0f} s, {_pct(used, cap)} used"
         if v.leak:
             s += (
-                f", climbing {_rate(v.leak_bytes_per_second)} past where a start stops: "
+                f", climbing {rate(v.leak_bytes_per_second)} past where a start stops: "
                 f"full in {duration(v.eta_seconds)}"
             )
     elif v.leak:
         s = (
-            f"{SHAPE_WORDS.get(v.shape, v.shape)} at {_rate(v.leak_bytes_per_second)} "
+            f"{SHAPE_WORDS.get(v.shape, v.shape)} at {rate(v.leak_bytes_per_second)} "
             f"(floor {_pct(v.floor_bytes, cap)}),"
             f" full in {duration(v.eta_seconds)}"
         )
@@ -130,7 +125,7 @@ def _fmt(k: str, v: object) -> object:
         if k.endswith("_bytes"):
             return gib(v)
         if k.endswith("_bytes_per_second"):
-            return f"{v / (1 << 20):.0f} MiB/s"
+            return rate(v)
         if k.endswith("seconds"):
             return duration(v)
     return v

@@ -6,7 +6,7 @@ and on this neutral module: the analysis can be rewritten without touching what 
 
 from __future__ import annotations
 
-__all__ = ["GiB", "SHAPES", "duration", "gib"]
+__all__ = ["GiB", "SHAPES", "duration", "gib", "rate"]
 
 #: The shapes a card's memory curve can have (the `oomwatch_gpu_memory_shape` state set, in this order).
 SHAPES = ("stable", "staircase", "ramp", "sawtooth", "spike", "idle")
@@ -31,3 +31,10 @@ def duration(s: float | None) -> str:
     if s < 172800:
         return f"{s / 3600:.1f} h"
     return f"{s / 86400:.1f} days"
+
+
+def rate(bps: float) -> str:
+    """Bytes per second as a person reads a leak's pace: "2458 MiB/s", or per hour below 1 MiB/s ("300 MiB/hour"):
+    a slow leak shown per second would read "0 MiB/s"."""
+    mib = bps / (1 << 20)
+    return f"{mib:.0f} MiB/s" if abs(mib) >= 1 else f"{bps * 3600 / (1 << 20):.0f} MiB/hour"

@@ -27,6 +27,7 @@ import numpy as np
 from ..config import AllocatorConfig, AnalysisConfig
 from ..model import AllocSample
 from ..words import duration, gib
+from ..words import rate as words_rate
 from .alerts import Condition
 from .findings import Finding
 
@@ -324,7 +325,7 @@ class AllocBook:
             what = (
                 "its allocator had to flush the cache to fit requests: out of memory is near"
                 if av.retries_recent
-                else f"live tensors grow {av.leak_bytes_per_second / MiB:.0f} MiB/s: a leak"
+                else f"live tensors grow {words_rate(av.leak_bytes_per_second)}: a leak"
                 if av.leak
                 else f"the cache grew {gib(av.cache_growth_bytes)} over flat live tensors: cache, not a leak"
                 if av.cache_growth
@@ -391,7 +392,7 @@ def _leak(
     room = _tensor_room(capacity, used, av)
     eta = room / rate if rate > 0 else None
     summary = (
-        f"GPU {gpu}: live tensors of PID {pid} keep growing, {rate / MiB:.0f} MiB/s "
+        f"GPU {gpu}: live tensors of PID {pid} keep growing, {words_rate(rate)} "
         f"(+{gib(av.allocated_growth_bytes)}; PyTorch's allocator counts them, whatever its cache hides)"
     )
     ev = {
@@ -414,14 +415,14 @@ def _leak(
     c = Condition(
         "GPUMemoryLeak",
         _labels(gpu, uuid),
-        f"GPU {gpu} ({name}) memory leak: {rate / MiB:.0f} MiB/s",
+        f"GPU {gpu} ({name}) memory leak: {words_rate(rate)}",
         f"{summary}; full in {duration(eta)}.",
         eta,
         rate,
     )
     out: list[tuple[Finding, Condition | None]] = [(f, c)]
     if eta is not None and eta <= horizon_s:
-        s2 = f"GPU {gpu}: at {rate / MiB:.0f} MiB/s of live tensors it is full in {duration(eta)} ({gib(room)} left)"
+        s2 = f"GPU {gpu}: at {words_rate(rate)} of live tensors it is full in {duration(eta)} ({gib(room)} left)"
         f2 = Finding(
             "oom_imminent",
             gpu,

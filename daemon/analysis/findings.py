@@ -10,7 +10,7 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..words import duration, gib
+from ..words import duration, gib, rate
 from .alerts import Condition
 
 if TYPE_CHECKING:
@@ -46,10 +46,8 @@ def _gpu_labels(gpu: str, uuid: str) -> tuple[tuple[str, str], ...]:
 def leak(
     gpu: str, uuid: str, name: str, v: CurveVerdict, capacity: float, total: float, t: float
 ) -> tuple[Finding, Condition]:
-    rate_mib = v.leak_bytes_per_second / (1 << 20)
     where = "its troughs rise every cycle" if v.shape == "sawtooth" else "and is never given back"
-    rate = f"{rate_mib:.0f} MiB/s" if rate_mib >= 1 else f"{v.leak_bytes_per_second * 3600 / (1 << 20):.0f} MiB/hour"
-    summary = f"GPU {gpu}: memory keeps growing after warm-up ({v.shape}), {rate} {where}"
+    summary = f"GPU {gpu}: memory keeps growing after warm-up ({v.shape}), {rate(v.leak_bytes_per_second)} {where}"
     ev = {
         "shape": v.shape,
         "leak_bytes_per_second": round(v.leak_bytes_per_second, 1),
@@ -80,7 +78,7 @@ def leak(
     c = Condition(
         "GPUMemoryLeak",
         _gpu_labels(gpu, uuid),
-        f"GPU {gpu} ({name}) memory leak: {rate_mib:.0f} MiB/s",
+        f"GPU {gpu} ({name}) memory leak: {rate(v.leak_bytes_per_second)}",
         f"{summary}; floor now {gib(v.floor_bytes)} of {gib(capacity)}; full in {duration(v.eta_seconds)}.",
         v.eta_seconds,
         v.leak_bytes_per_second,
@@ -94,7 +92,7 @@ def oom_imminent(
     # The analyzer pages only a verdict with an ETA (the latched page at the top says 0: full now).
     eta = 0.0 if v.eta_seconds is None else v.eta_seconds
     summary = (
-        f"GPU {gpu}: at {v.leak_bytes_per_second / (1 << 20):.0f} MiB/s it is full in {duration(eta)} "
+        f"GPU {gpu}: at {rate(v.leak_bytes_per_second)} it is full in {duration(eta)} "
         f"({gib(capacity - max(v.peak_bytes, v.floor_bytes))} left)"
     )
     ev = {

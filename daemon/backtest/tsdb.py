@@ -156,10 +156,12 @@ def _free_port() -> int:
 
 class PromServer:
     """A real Prometheus serving `tsdb_dir` on 127.0.0.1 (a free port), scraping nothing; a context
-    manager that stops it. Retention is unlimited in practice so old imported blocks are kept."""
+    manager that stops it. Retention is unlimited in practice so old imported blocks are kept. `args`: more
+    of Prometheus' flags (its query limits, to see them refuse a read)."""
 
-    def __init__(self, tsdb_dir: str, port: int | None = None):
+    def __init__(self, tsdb_dir: str, port: int | None = None, args: tuple[str, ...] = ()):
         self.tsdb_dir = tsdb_dir
+        self.args = args
         self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -175,6 +177,7 @@ class PromServer:
                 f"--storage.tsdb.path={self.tsdb_dir}",
                 "--storage.tsdb.retention.time=100y",
                 f"--web.listen-address=127.0.0.1:{self.port}",
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -10,6 +10,8 @@ Prometheus is a source like NVML: a read that fails (down, a timeout, an answer 
 `oomwatch_source_up{source="prometheus:URL"} 0` and, through an Analyzer of no cards that sees only the
 sources (the daemon's own TelemetryDown detector), GPUTelemetryDown; the central keeps running and the next
 read that works catches up on what was missed (it looks back to the last good read, up to `backfill_s`).
+The first read takes, besides, `history_s` of each card one point a minute: a central that restarts (an
+upgrade, a node drain) judges a slow leak on hours of its curve at once, instead of losing them.
 
 Cards: at most `max_cards` are watched, the first in fleet order (node, GPU) when more are found, and a card
 once watched keeps its place; the others are counted (`oomwatch_fleet_cards{state="over_cap"}`). A card with
@@ -59,7 +61,8 @@ class Central:
         self._clock = clock
         cc = cfg.central
         self.source = f"prometheus:{client.shown}"
-        self.epoch = clock() - cc.backfill_s - 1.0  # analysis time 0: before the oldest sample the first read gets
+        self.lookback_s = max(cc.backfill_s, cc.history_s)  # how far back the first read reaches
+        self.epoch = clock() - self.lookback_s - 1.0  # analysis time 0: before the oldest sample the first read gets
         self.health = Analyzer((), cfg.analysis, cfg.alerts)  # no cards: it judges the sources only
         self.watches: dict[CardKey, CardWatch] = {}
         self.scrape_interval_s = cfg.scrape_interval
@@ -73,6 +76,7 @@ class Central:
         self._counts = (0, 0, 0)  # found, over the cap, unsized
         self._costs: tuple[float | None, float | None] = (None, None)  # read, evaluation (seconds)
         self._lock = threading.Lock()  # one read (or the final push) at a time touches the cards
+        self._history_read_s = 0.0  # how long the first read's history took to read
         self._sched: Any = None
         self._log_budget = LogBudget("alert transitions")
 
@@ -92,8 +96,11 @@ class Central:
         now = self._clock()
         t0 = time.perf_counter()
         got: FleetRead | None = None
+        past: FleetRead | None = None
         first, self._attempts = self._attempts == 0, self._attempts + 1
         try:
+            if first:
+                past = self._history(now)
             got = self.reader.read(now, self._window(now))
             status = SourceStatus(self.source, True, None, time.perf_counter() - t0)
         except PrometheusError as e:
@@ -103,6 +110,19 @@ class Central:
         read_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         with self._lock:
+            if past is not None:
+                t2 = time.perf_counter()
+                n = self._evaluate(past)
+                log.info(
+                    "history: %d card(s), %d point(s) over the %.3g h before the last %.0f min, read in %.1f s, "
+                    "analysed in %.1f s",
+                    len(past.cards),
+                    n,
+                    (self.cfg.central.history_s - self.cfg.central.backfill_s) / 3600,
+                    self.cfg.central.backfill_s / 60,
+                    self._history_read_s,
+                    time.perf_counter() - t2,
+                )
             if got is not None:
                 self.reads += 1
                 self._last_ok = now
@@ -124,8 +144,27 @@ class Central:
             return cc.backfill_s
         return min(cc.backfill_s, max(cc.min_read_window_s, now - self._last_ok + 2 * self.interval_s))
 
-    def _evaluate(self, got: FleetRead) -> None:
-        over = unsized = 0
+    def _history(self, now: float) -> FleetRead | None:
+        """The cards' curves before the first read's window (`CentralConfig.history_s`), one point per
+        `history_step_s`; None when there is none to read or the read failed: the cards are then judged from
+        the first read's window on, as without it (a refused selector still ends the start, one line)."""
+        cc = self.cfg.central
+        if cc.history_s <= cc.backfill_s:
+            return None
+        t0 = time.perf_counter()
+        try:
+            past = self.reader.read_history(now - cc.backfill_s, cc.history_s - cc.backfill_s, cc.history_step_s)
+        except PrometheusError as e:
+            if "bad_data" in str(e):
+                raise
+            log.warning("history before the last %.0f min not read: %s", cc.backfill_s / 60, e)
+            return None
+        self._history_read_s = time.perf_counter() - t0
+        return past
+
+    def _evaluate(self, got: FleetRead) -> int:
+        """Feed each card its new points (a card seen for the first time is started); the points fed."""
+        over = unsized = fed = 0
         step = self.scrape_interval_s or got.scrape_interval_s or self.cfg.central.default_scrape_s
         for card, points in got.cards:
             w = self.watches.get(card.key)
@@ -142,11 +181,13 @@ class Central:
             else:
                 w.card = card  # the pod labels as last seen
             n, trans = w.feed(points)
+            fed += n
             if n:
                 w.refresh()
             for tr in trans:
                 self._on_transition(tr, w)
         self._counts = (len(got.cards), over, unsized)
+        return fed
 
     def _end_stale(self, now: float) -> None:
         for key, w in list(self.watches.items()):
@@ -204,7 +245,7 @@ class Central:
                 sinks=self._sinks.values(),
                 sample_duration_seconds=read_s,
                 analysis_duration_seconds=eval_s,
-                started_at=self.epoch + self.cfg.central.backfill_s,
+                started_at=self.epoch + self.lookback_s,
             )
             found, over, unsized = self._counts
             now = self._clock()

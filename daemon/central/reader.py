@@ -5,7 +5,8 @@ metric name the backtest understands (`{__name__=~"DCGM_FI_DEV_FB_USED|...", <se
 selector returns the samples as scraped, with their scrape timestamps, so each scrape is fed to the analysis
 once and the scrape interval is read off their spacing; the series are grouped into cards by
 `oomwatch.backtest.series` exactly as the backtest groups them, and a card's several series (pod labels that
-changed) are merged by their maximum, as the backtest's `max by` does.
+changed) are merged by their maximum, as the backtest's `max by` does. The central's first read also takes
+each card's history before that, one point a minute (`read_history`, a subquery: one request too).
 """
 
 from __future__ import annotations
@@ -49,9 +50,20 @@ class FleetReader:
         """The PromQL of one read looking `window_s` back."""
         return f"{{{self._matchers}}}[{max(1, int(-(-window_s // 1)))}s]"
 
+    def history_query(self, window_s: float, step_s: float) -> str:
+        """The PromQL of a history read: a subquery, each series' value every `step_s` over `window_s`."""
+        return f"{{{self._matchers}}}[{max(1, int(-(-window_s // 1)))}s:{max(1, int(-(-step_s // 1)))}s]"
+
     def read(self, at: float, window_s: float) -> FleetRead:
         """The samples of (at - window_s, at], per card (PrometheusError, one line, when the read fails)."""
-        series = self.client.query_samples(self.query(window_s), at)
+        return self._per_card(self.client.query_samples(self.query(window_s), at))
+
+    def read_history(self, at: float, window_s: float, step_s: float) -> FleetRead:
+        """Each card's curve over (at - window_s, at] one point per `step_s` (the last value scraped by then, as
+        `query_range` gives it): hours of a fleet in one answer of a few points per series-minute."""
+        return self._per_card(self.client.query_samples(self.history_query(window_s, step_s), at))
+
+    def _per_card(self, series: list[Series]) -> FleetRead:
         by_card: dict[CardKey, dict[str, list[Series]]] = {}
         for s in series:
             hit = series_key(s.labels)
