@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from conftest import need_binary
+from conftest import free_port, need_binary
 from oomwatch.backtest.tsdb import PromServer, SeriesSpec, create_blocks, dcgm_labels, write_dcgm
 from oomwatch.central.central import Central
 from oomwatch.config import CentralConfig, DaemonConfig
@@ -52,17 +52,22 @@ def tsdb(tmp_path_factory):
     return str(d / "tsdb")
 
 
+def fired(c: Central) -> dict[str, list[tuple[str, str]]]:
+    """{node: [(alert, summary)]} of what fires on each card the central watches."""
+    out = {}
+    for w in c.watches.values():
+        out[w.card.node] = [(a.labels["alertname"], a.annotations["summary"]) for a in w.snapshot.alerts]
+    return out
+
+
 def first_read(url: str, **central) -> dict[str, list[tuple[str, str]]]:
-    """One central started at END with CentralConfig(**central): {node: [(alert, summary)]} after its first read."""
+    """One central started at END with CentralConfig(**central): what fires after its first read."""
     cfg = DaemonConfig(prometheus=url, central=dataclasses.replace(CentralConfig(), **central))
     with PrometheusClient(url) as client:
         c = Central(cfg, client, clock=lambda: END)
         c.read()
     assert c.reads == 1 and c.state.health.sources[0].up
-    fired = {}
-    for w in c.watches.values():
-        fired[w.card.node] = [(a.labels["alertname"], a.annotations["summary"]) for a in w.snapshot.alerts]
-    return fired
+    return fired(c)
 
 
 def test_a_restarted_central_warns_of_a_slow_leak_at_its_first_read(tsdb):
@@ -85,3 +90,21 @@ def test_a_history_read_prometheus_refuses_leaves_the_central_running(tsdb, capl
     assert got == {"node-leak": [], "node-ok": []}
     lines = [r.getMessage() for r in caplog.records if "history" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0], lines
+
+
+def test_prometheus_down_at_start_gives_the_history_at_the_first_read_that_works(tsdb):
+    """The central starts while Prometheus is down: that read is the source down, and the history comes with
+    the first read that works, a minute later."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    clock = [END - 60.0]
+    with PrometheusClient(url) as client:
+        c = Central(DaemonConfig(prometheus=url), client, clock=lambda: clock[0])
+        c.read()
+        assert c.reads == 0 and not c.state.health.sources[0].up and not c.watches
+        with PromServer(tsdb, port=port):
+            clock[0] = END
+            c.read()
+    assert c.reads == 1 and c.state.health.sources[0].up
+    assert [a for a, _ in fired(c)["node-leak"]] == ["GPUMemoryLeak"]
+    assert fired(c)["node-ok"] == []

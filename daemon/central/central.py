@@ -99,10 +99,10 @@ class Central:
         past: FleetRead | None = None
         first, self._attempts = self._attempts == 0, self._attempts + 1
         try:
-            if first:
-                past = self._history(now)
             got = self.reader.read(now, self._window(now))
             status = SourceStatus(self.source, True, None, time.perf_counter() - t0)
+            if self._last_ok is None:  # the first read that works (Prometheus may have been down at start)
+                past = self._history(now)
         except PrometheusError as e:
             if first and "bad_data" in str(e):  # the only user input in the query is the selector
                 raise UsageError(f"--selector {self.cfg.selector!r} is not a PromQL label matcher: {e}") from None
@@ -145,18 +145,16 @@ class Central:
         return min(cc.backfill_s, max(cc.min_read_window_s, now - self._last_ok + 2 * self.interval_s))
 
     def _history(self, now: float) -> FleetRead | None:
-        """The cards' curves before the first read's window (`CentralConfig.history_s`), one point per
-        `history_step_s`; None when there is none to read or the read failed: the cards are then judged from
-        the first read's window on, as without it (a refused selector still ends the start, one line)."""
+        """The cards' curves before the first good read's window (`CentralConfig.history_s`), one point per
+        `history_step_s`; None when there is none to read or the read failed (one warning line): the cards
+        are then judged from that read's window on, as without it."""
         cc = self.cfg.central
         if cc.history_s <= cc.backfill_s:
             return None
         t0 = time.perf_counter()
         try:
             past = self.reader.read_history(now - cc.backfill_s, cc.history_s - cc.backfill_s, cc.history_step_s)
-        except PrometheusError as e:
-            if "bad_data" in str(e):
-                raise
+        except PrometheusError as e:  # its limits, or a query API without subqueries: judged from now on
             log.warning("history before the last %.0f min not read: %s", cc.backfill_s / 60, e)
             return None
         self._history_read_s = time.perf_counter() - t0
