@@ -27,7 +27,7 @@ import numpy as np
 from ..config import AllocatorConfig, AnalysisConfig
 from ..model import AllocSample
 from ..words import duration, gib
-from ..words import rate as words_rate
+from ..words import rate as words_rate  # `rate` names a leak's bytes/s here
 from .alerts import Condition
 from .findings import Finding
 

@@ -76,7 +76,6 @@ class Central:
         self._counts = (0, 0, 0)  # found, over the cap, unsized
         self._costs: tuple[float | None, float | None] = (None, None)  # read, evaluation (seconds)
         self._lock = threading.Lock()  # one read (or the final push) at a time touches the cards
-        self._history_read_s = 0.0  # how long the first read's history took to read
         self._sched: Any = None
         self._log_budget = LogBudget("alert transitions")
 
@@ -96,7 +95,7 @@ class Central:
         now = self._clock()
         t0 = time.perf_counter()
         got: FleetRead | None = None
-        past: FleetRead | None = None
+        past: tuple[FleetRead, float] | None = None  # the history and how long it took to read
         first, self._attempts = self._attempts == 0, self._attempts + 1
         try:
             got = self.reader.read(now, self._window(now))
@@ -112,15 +111,15 @@ class Central:
         with self._lock:
             if past is not None:
                 t2 = time.perf_counter()
-                n = self._evaluate(past)
+                n = self._evaluate(past[0])
                 log.info(
                     "history: %d card(s), %d point(s) over the %.3g h before the last %.0f min, read in %.1f s, "
                     "analysed in %.1f s",
-                    len(past.cards),
+                    len(past[0].cards),
                     n,
                     (self.cfg.central.history_s - self.cfg.central.backfill_s) / 3600,
                     self.cfg.central.backfill_s / 60,
-                    self._history_read_s,
+                    past[1],
                     time.perf_counter() - t2,
                 )
             if got is not None:
@@ -144,10 +143,10 @@ class Central:
             return cc.backfill_s
         return min(cc.backfill_s, max(cc.min_read_window_s, now - self._last_ok + 2 * self.interval_s))
 
-    def _history(self, now: float) -> FleetRead | None:
+    def _history(self, now: float) -> tuple[FleetRead, float] | None:
         """The cards' curves before the first good read's window (`CentralConfig.history_s`), one point per
-        `history_step_s`; None when there is none to read or the read failed (one warning line): the cards
-        are then judged from that read's window on, as without it."""
+        `history_step_s`, and the seconds the read took; None when there is none to read or the read failed
+        (one warning line): the cards are then judged from that read's window on, as without it."""
         cc = self.cfg.central
         if cc.history_s <= cc.backfill_s:
             return None
@@ -157,8 +156,7 @@ class Central:
         except PrometheusError as e:  # its limits, or a query API without subqueries: judged from now on
             log.warning("history before the last %.0f min not read: %s", cc.backfill_s / 60, e)
             return None
-        self._history_read_s = time.perf_counter() - t0
-        return past
+        return past, time.perf_counter() - t0
 
     def _evaluate(self, got: FleetRead) -> int:
         """Feed each card its new points (a card seen for the first time is started); the points fed."""
