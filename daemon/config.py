@@ -287,6 +287,9 @@ class AnalysisConfig:
     leak_for_fraction: float = 0.25  # GPUMemoryLeak confirms for this share of its ETA (a cycle's ramp gives back) ...
     leak_for_max_s: float = 120.0  # ... but never longer than this ...
     leak_for_min_s: float = 30.0  # ... nor shorter (one ramp of a cycle); an urgent leak pages through GPUOOMImminent
+    # A warning waits while the rise has stalled: no step for this many of its mean gaps (steps of a steady
+    # process leave a gap this long with odds e^-3 = 5%; a staircase that has ended leaves it at once).
+    stall_gaps: float = 3.0
     excursion_max_s: float = 60.0  # a rise younger than this and within a past excursion may be a cycle's ramp
     confirm_gap_s: float = 10.0  # a confirmation clock survives this long without its condition (a noisy ETA)
     oom_bound_factor: float = 2.0  # ... and the slope's lower bound projects the OOM within this many horizons

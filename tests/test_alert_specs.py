@@ -113,6 +113,7 @@ def _quoted():
         ("GPUMemorySpikeRisk", f"in the last {_minutes(a.spike_window_s)}"),
         ("GPUMemorySpikeRisk", f"samples at {1 / d.interval:g} Hz"),
         ("GPUMemorySpikeRisk", "a 15-30 s Prometheus scrape"),  # Prometheus' common intervals, not ours
+        ("GPUMemoryLeak", f"stopped for {a.stall_gaps:g} of its own gaps"),
         ("GPUMemoryImbalance", f"more than {_pct(a.imbalance_fraction)} of their memory"),
         ("KVCachePressure", f"nearly full (> {_pct(a.kv_pressure_ratio)})"),
         ("KVCachePressure", "http://<server>:8000"),  # vLLM's default port, not ours

@@ -487,6 +487,19 @@ def test_the_same_steps_at_a_steady_pace_are_a_leak():
     assert fired(trans, "GPUMemoryLeak")
 
 
+def test_a_fine_staircase_that_has_stopped_is_not_warned_as_a_leak():
+    """Nine 160 MiB steps 30 s apart near the top of the card (a torch.compile staircase of new shapes), then
+    flat: the trend still calls the ten minutes a leak when its confirmation ends, but the floor has not
+    stepped for more than three of its gaps by then; the same steps going on are warned."""
+    ended = [600.0 + 30.0 * k for k in range(9)]
+    trans, oom = _vllm_card(0.95, _steps_at(ended, 160 * (1 << 20)), 1500, hz=1.0)
+    assert oom is None
+    assert not fired(trans, "GPUMemoryLeak") and not fired(trans, "GPUOOMImminent")
+    going = [600.0 + 30.0 * k for k in range(30)]
+    trans, _ = _vllm_card(0.95, _steps_at(going, 160 * (1 << 20)), 1500, hz=1.0)
+    assert fired(trans, "GPUMemoryLeak")
+
+
 def _uvicorn_l4(level, seconds, hz=2.0):
     """A pool-less app under uvicorn on an L4 (22.5 GiB): 14.5 GiB of weights, then `level(t)` bytes above
     them from 60 s. Returns (transitions, the time memory went to 0 (the OOM) or None)."""

@@ -48,6 +48,7 @@ class GpuState:
     busy: BusyPeriod | None = None  # the current (or last) busy period: shapes, leak, peaks
     oom_since: float | None = None  # when the OOM projection became urgent (its confirmation clock)
     leak_since: float | None = None  # when the leak verdict began (its confirmation clock)
+    leak_due: bool = False  # the leak verdict has held its confirmation (until it ends)
     oom_last: float = 0.0  # the last evaluation that found the projection urgent
     oom_at: float = 0.0  # when the projection put the OOM as its confirmation began
     # (verdict, the info findings built from it): rebuilt only when the verdict changes

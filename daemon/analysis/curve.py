@@ -59,6 +59,7 @@ class CurveVerdict:
     leak_bytes_per_second: float = 0.0
     leak_confidence: float = 0.0  # 1 - p of the trend test, 0 when no leak
     leak_since: float | None = None  # first block whose floor rose
+    last_rise: float | None = None  # the last block whose floor rose (a rise that has stalled is no warning yet)
     eta_seconds: float | None = None  # at the trend's rate
     steps: int = 0  # rising blocks of the floor in the tested window
     regime_start: float | None = None  # when the card's start had done its allocating (`Lifecycle.loaded_at`)
@@ -363,6 +364,7 @@ class CardJudge:
                 leak_bytes_per_second=tr.slope,
                 leak_confidence=round(min(1.0, 1 - 0.5 * math.erfc(tr.z / math.sqrt(2))), 4),
                 leak_since=tr.since,
+                last_rise=tr.last_rise,
                 eta_seconds=eta,
                 eta_lo_seconds=eta_lo,
                 steps=steps,

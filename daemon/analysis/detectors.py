@@ -173,6 +173,16 @@ def _track(
     return out
 
 
+def _stalled(v: CurveVerdict, now: float, cfg: AnalysisConfig) -> bool:
+    """A rise that stepped several times and has not stepped since for `stall_gaps` of its own mean gaps:
+    the floor has stopped where a leak would have gone on (a torch.compile or cache staircase that ended).
+    The warning waits for the next step; a page does not (its forecast has a check of its own)."""
+    if v.last_rise is None or v.leak_since is None or v.steps < 2:
+        return False
+    gap = (v.last_rise - v.leak_since) / (v.steps - 1)
+    return gap > 0 and now - v.last_rise > cfg.stall_gaps * gap
+
+
 class CardCurve:
     """Leak, OOM page and spike risk from one card's curve: its lifecycle, the curve judge (curve.py), the
     allocator probe's say, and the confirmations that make a warning or a page wait a share of its ETA."""
@@ -236,11 +246,12 @@ class CardCurve:
                 st.leak_since = now
             eta = v.eta_seconds if v.eta_seconds is not None else float("inf")
             wait = min(cfg.leak_for_max_s, max(cfg.leak_for_min_s, cfg.leak_for_fraction * eta))
-            leak_due = page or now - st.leak_since >= wait
+            leak_due = page or st.leak_due or (now - st.leak_since >= wait and not _stalled(v, now, cfg))
+            st.leak_due = leak_due
             if leak_due and b is not None:
                 b.leak_confirmed = True
         else:
-            st.leak_since = None
+            st.leak_since, st.leak_due = None, False
         pv = v
         if (
             not page

@@ -104,6 +104,7 @@ class Trend:
     blocks: int = 0
     max_step_bytes: float = 0.0  # the largest block-to-block rise
     rising_blocks: int = 0  # blocks whose minimum rose over the previous one
+    last_rise: float | None = None  # end of the last block whose minimum rose (when the rise was last seen)
 
     @property
     def leak(self) -> bool:
@@ -162,7 +163,8 @@ def floor_trend(
     slope, lo, _ = theil_sen(x, by, cfg.trend_ci_z, var)
     first = int(np.argmax(up > 0))
     since = float(bt[first])
-    base.update(significant=True, slope=slope, slope_lo=lo, since=since)
+    last = len(up) - int(np.argmax(up[::-1] > 0))
+    base.update(significant=True, slope=slope, slope_lo=lo, since=since, last_rise=float(bt[last]))
     if float(up.max()) > cfg.trend_step_share * rise:
         return Trend(**base, why_not="one step")
     third = n - max(2, n // 3)
