@@ -545,6 +545,26 @@ def test_a_climb_that_keeps_its_pace_pages_on_the_same_card():
     assert leaks and leaks[0] <= pages[0] + 5, (leaks, pages)  # a page on a leak says the leak too
 
 
+def test_the_recent_pace_is_the_shorter_windows_even_when_it_rose_too_little_to_be_a_leak():
+    """The forecast trusts the next shorter window's pace. Where that window rose, significantly, by less than a
+    leak's least rise (a load slowing near its peak: 60 MiB in the last 30 s at 2 MiB/s, against 16 MiB/s over
+    two minutes), its pace is its own Theil-Sen slope, not the longer window's: falling back to that put a load
+    cycle's OOM 4 minutes closer in one second, and paged on it."""
+    from oomwatch.analysis.curve import CardJudge
+    from oomwatch.analysis.history import History
+    from oomwatch.analysis.trend import Trend
+
+    cfg = AnalysisConfig()
+    j = CardJudge(cfg)
+    long_ = Trend(120.0, significant=True, sustained=True, slope=16 << 20, slope_lo=15 << 20, rise_bytes=2 << 30,
+                  blocks=32)  # fmt: skip
+    slow = Trend(30.0, why_not="too small", slope=2 << 20, slope_lo=1 << 20, rise_bytes=60 << 20, blocks=32, z=4.0)
+    j.trends = {30.0: slow, 120.0: long_}
+    assert j._recent_slope(long_, History(cfg.history_levels), 1000.0) == 2 << 20
+    j.trends[30.0] = Trend(30.0, why_not="not significant", rise_bytes=0.0, blocks=32)  # stopped lately: 0
+    assert j._recent_slope(long_, History(cfg.history_levels), 1000.0) == 0.0
+
+
 def _steady_transients(seed, hi_gib, seconds=3600, hz=10.0):
     """A pool-less app under uvicorn on an L4 (22 GiB usable, 14.5 GiB of weights) serving one load for an
     hour: prefill transients of uniform height up to `hi_gib` GiB, held 0.1-0.5 s, about one every 2 s."""

@@ -82,10 +82,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     # in-flight KV cache (+1 GiB over 90 s) and reads as kept tensors; the allocator's cache meanwhile fills the
     # card to 99.6% and is flushed before CUDA fails (NVML alone pages it; the probe withdraws the page).
     "real:serve_ramp": "open: live tensors sampled mid-request follow a ramping load: warned as a leak three times",
-    # -- open: false pages
-    "request_cycles_no_pool_l4_12h": "open: a false page on its second climb, which outgrows the first (peaks vary "
-    "from 60% to 100% of the swing) with 3 GB left on an L4 and a forecast that still shrinks when confirmed; "
-    "from the third the card's own past climbs say it stops in time",
 }
 
 

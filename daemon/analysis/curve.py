@@ -504,19 +504,18 @@ class CardJudge:
 
     def _recent_slope(self, tr: Trend, hist: History, now: float) -> float:
         """The floor's slope in the next shorter window that was tested on enough blocks and rose enough to be
-        judged (0 where its rise is not significant: the growth stopped lately), or the trend's own.
+        judged (0 where its rise is not significant: the growth stopped lately; its own Theil-Sen pace where it
+        rose significantly by less than a leak's least rise: a load slowing near its peak), or the trend's own.
 
         The forecast trusts the recent pace: memory that follows load slows as the load nears its peak, a
         cache levels off, a leak keeps going. Where the shorter windows were tested on too few blocks (samples
         15-60 s apart, as a fleet's Prometheus keeps them), the pace is the Theil-Sen slope of the newest
         `trend_min_blocks` readings of the level that holds the window, each a block of its own."""
-        shorter = [
-            w
-            for w, t in self.trends.items()
-            if w < tr.window_s and t.blocks >= self.cfg.trend_min_blocks and t.why_not != "too small"
-        ]
+        shorter = [w for w, t in self.trends.items() if w < tr.window_s and t.blocks >= self.cfg.trend_min_blocks]
         if shorter:
             near = self.trends[max(shorter)]
+            if near.why_not == "too small":  # a significant rise, smaller than a leak's: its own pace
+                return max(0.0, near.slope)
             return near.slope if near.significant else 0.0
         if not any(w < tr.window_s and t.blocks < self.cfg.trend_min_blocks for w, t in self.trends.items()):
             return tr.slope  # the shortest window of all: nothing is more recent than it

@@ -157,10 +157,10 @@ def floor_trend(
     )
     if z < cfg.trend_z or rise <= 0:
         return Trend(**base, why_not="not significant")
-    if rise < min_rise:
-        return Trend(**base, why_not="too small")
     x = bt - bt[0]
     slope, lo, _ = theil_sen(x, by, cfg.trend_ci_z, var)
+    if rise < min_rise:  # no leak, but its pace is the recent one for a longer window's forecast
+        return Trend(**base, slope=slope, slope_lo=lo, why_not="too small")
     first = int(np.argmax(up > 0))
     since = float(bt[first])
     last = len(up) - int(np.argmax(up[::-1] > 0))
