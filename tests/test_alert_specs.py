@@ -114,6 +114,10 @@ def _quoted():
         ("GPUMemorySpikeRisk", f"samples at {1 / d.interval:g} Hz"),
         ("GPUMemorySpikeRisk", "a 15-30 s Prometheus scrape"),  # Prometheus' common intervals, not ours
         ("GPUMemoryLeak", f"stopped for {a.stall_gaps:g} of its own gaps"),
+        (
+            "GPUMemoryLeak",
+            f"{_pct(a.leak_for_fraction)} of its ETA, between {a.leak_for_min_s:g} s and {a.leak_for_max_s:g} s",
+        ),
         ("GPUMemoryImbalance", f"more than {_pct(a.imbalance_fraction)} of their memory"),
         ("KVCachePressure", f"nearly full (> {_pct(a.kv_pressure_ratio)})"),
         ("KVCachePressure", "http://<server>:8000"),  # vLLM's default port, not ours

@@ -402,3 +402,44 @@ def test_diagnose_shows_the_probe(tmp_path):
         timeout=120,
     )
     assert "(allocator probe): live tensors" in r.stdout and "a leak" in r.stdout, r.stdout + r.stderr
+
+
+# ---- the allocator's leak warning waits like the curve's ---------------------------------------------------
+def _probe_leak_warnings(live_rise_s: float, seconds: float = 240.0):
+    """A server at 120 GB whose live tensors' floor rises 15 MB/s from 40 s for `live_rise_s` seconds, then
+    falls back (a load that ramped up and eased), its cache covering it (NVML flat): the times GPUMemoryLeak
+    fired, fed through the Analyzer as the daemon feeds it (NVML at 20 Hz, the probe once a second)."""
+    from oomwatch.analysis.analyzer import Analyzer
+    from oomwatch.model import GpuSample, Sample
+
+    total = 150 * GiB
+    an = Analyzer((GpuInfo(0, "NVIDIA H200", UUID, total),))
+    fired = []
+
+    def live(x):
+        if x < 8:
+            return 0.0
+        if x < 40 or x >= 40 + live_rise_s:
+            return 120e9
+        return 120e9 + 15 * MB * (x - 40)
+
+    for k in range(int(seconds * 20)):
+        x = k / 20
+        used = 0 if x < 5 else int(130e9)
+        an.add_sample(Sample(x, (GpuSample(0, used, total - used, 0, 0, ((7, used),) if used else ()),)))
+        if x >= 8 and k % 20 == 0:
+            a = int(live(x))
+            an.add_alloc(AllocSample(x, 7, UUID, a, int(128e9), 0, 0, 0))
+        for tr in an.transitions[len(fired) :]:
+            fired.append(tr)
+    return [tr.t for tr in fired if tr.state == "firing" and tr.alert.alertname == "GPUMemoryLeak"]
+
+
+def test_the_probes_leak_warning_waits_a_share_of_its_eta_as_the_curves_does():
+    """Live tensors that rise for 80 s and fall back (a load's ramp: the probe reads mid-request) warned
+    before it held the curve's confirmation (a share of its ETA, at most 120 s); a rise that goes on is
+    warned once it held that long, and not before."""
+    assert _probe_leak_warnings(80.0) == []
+    kept = _probe_leak_warnings(1000.0)
+    verdict = 40 + AllocatorConfig().leak_min_bytes / (15 * MB)  # the rise is a leak once it is this tall
+    assert kept and verdict + 120 <= kept[0] <= verdict + 120 + 30, kept

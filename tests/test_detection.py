@@ -81,7 +81,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     # back. Read once a second, its live tensors are nearly always mid-request, so their floor follows the load's
     # in-flight KV cache (+1 GiB over 90 s) and reads as kept tensors; the allocator's cache meanwhile fills the
     # card to 99.6% and is flushed before CUDA fails (NVML alone pages it; the probe withdraws the page).
-    "real:serve_ramp": "open: live tensors sampled mid-request follow a ramping load: warned as a leak three times",
 }
 
 

@@ -49,6 +49,8 @@ class GpuState:
     oom_since: float | None = None  # when the OOM projection became urgent (its confirmation clock)
     leak_since: float | None = None  # when the leak verdict began (its confirmation clock)
     leak_due: bool = False  # the leak verdict has held its confirmation (until it ends)
+    alloc_leak_since: float | None = None  # the same two for the allocator probe's leak (live tensors)
+    alloc_leak_due: bool = False
     oom_last: float = 0.0  # the last evaluation that found the projection urgent
     oom_at: float = 0.0  # when the projection put the OOM as its confirmation began
     # (verdict, the info findings built from it): rebuilt only when the verdict changes

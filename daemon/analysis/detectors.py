@@ -173,6 +173,35 @@ def _track(
     return out
 
 
+def _leak_wait(eta: float | None, cfg: AnalysisConfig) -> float:
+    """How long a leak verdict must hold before GPUMemoryLeak fires: a share of its ETA, bounded, so a load's
+    ramp that will be given back (a cycle, a burst of longer requests) clears first. One rule for every
+    source of the verdict: the card's curve and the allocator probe's live tensors."""
+    e = eta if eta is not None else float("inf")
+    return min(cfg.leak_for_max_s, max(cfg.leak_for_min_s, cfg.leak_for_fraction * e))
+
+
+def _alloc_confirmed(
+    st: GpuState, by_alloc: list[tuple[findings.Finding, Condition | None]], now: float, cfg: AnalysisConfig
+) -> list[tuple[findings.Finding, Condition | None]]:
+    """The allocator probe's findings, its leak warning held to the curve's confirmation (`_leak_wait`).
+
+    Sampled once a second, a busy server's live tensors are nearly always mid-request, so their floor follows
+    a load that ramps up as kept tensors would, for a minute or two, and then dips. A leak keeps rising. The
+    probe's own page (its ETA inside the horizon) is not held: a page on a leak says the leak too."""
+    leak = next((c for f, c in by_alloc if c is not None and c.alertname == "GPUMemoryLeak"), None)
+    if leak is None:
+        st.alloc_leak_since, st.alloc_leak_due = None, False
+        return by_alloc
+    if st.alloc_leak_since is None:
+        st.alloc_leak_since = now
+    paged = any(c is not None and c.alertname == "GPUOOMImminent" for f, c in by_alloc)
+    st.alloc_leak_due = st.alloc_leak_due or paged or now - st.alloc_leak_since >= _leak_wait(leak.eta_seconds, cfg)
+    if st.alloc_leak_due:
+        return by_alloc
+    return [(f, c) for f, c in by_alloc if c is not leak]
+
+
 def _stalled(v: CurveVerdict, now: float, cfg: AnalysisConfig) -> bool:
     """A rise that stepped several times and has not stepped since for `stall_gaps` of its own mean gaps:
     the floor has stopped where a leak would have gone on (a torch.compile or cache staircase that ended).
@@ -214,6 +243,7 @@ class CardCurve:
         if phase not in ("idle", "exiting"):
             used_bytes = st.sample.used_bytes if st.sample else None
             v, by_alloc = ctx.alloc.judge_card(gpu, uuid, name, v, cap, used_bytes, now)
+        by_alloc = _alloc_confirmed(st, by_alloc, now, cfg)
         for f, c in by_alloc:  # no alert (cache_growth): a finding that holds
             out.append(Detection(f, c) if c is not None else Detection(f, keep_as=f.kind))
         st.verdict = v
@@ -244,8 +274,7 @@ class CardCurve:
         if v.leak:
             if st.leak_since is None:
                 st.leak_since = now
-            eta = v.eta_seconds if v.eta_seconds is not None else float("inf")
-            wait = min(cfg.leak_for_max_s, max(cfg.leak_for_min_s, cfg.leak_for_fraction * eta))
+            wait = _leak_wait(v.eta_seconds, cfg)
             leak_due = page or st.leak_due or (now - st.leak_since >= wait and not _stalled(v, now, cfg))
             st.leak_due = leak_due
             if leak_due and b is not None:
