@@ -31,6 +31,14 @@ once a second with the daemon's own reader (`oomwatch.sources.allocator.Allocato
   its static batches grows from 2k to a peak over 70% of the run, then holds): the allocator's cache
   climbs with every larger batch toward the top of the card and levels off at the peak. Healthy: a first
   climb no earlier climb can vouch for.
+- h `lora`: generate() serving with LoRA adapters (rank 64 on the seven projections of every layer, ~0.32 GB
+  each, applied by forward hooks): each batch asks for one of 12 adapters, loaded on first use into an LRU of
+  8 (an evicted adapter's blocks are reused by the next one). Healthy: a staircase that stops at 8 adapters.
+- i `lora_leak`: h on a pre-filled card, after a warm-up on one adapter, with an adapter cache that has no
+  cap: each batch brings a new adapter and none is evicted, until a real CUDA OOM (a steady staircase).
+- j `sleep`: generate() serving that falls asleep twice (weights offloaded to the host with `model.to("cpu")`,
+  gc and `empty_cache`, as vLLM's sleep level 1 drops its KV cache and offloads its weights) for 12 s and
+  wakes (`model.to("cuda")`). Healthy: the card falls to its context and climbs back within seconds.
 The server writes its phases (monotonic clock) to a side file; the script merges them into the trace as
 annotations (`phase`, `oom`; header `scenario`, `expect`, `note`), which replay never reads. Then
 `oomwatch replay TRACE --json` runs on each trace (as recorded, and with its alloc lines removed) and
@@ -126,6 +134,27 @@ SCENARIOS = {
         "up: the padded-token budget of its static batches (up to 16 requests) grows from 2k to a peak over 70% of "
         "the run, then holds; no empty_cache: the allocator's cache climbs with every larger batch toward the top of "
         "the card and levels off at the peak",
+    },
+    "h": {
+        "name": "lora",
+        "expect": {"shape": {"0": "stable"}, "leak": False, "oom": False},
+        "note": "healthy: generate() serving with LoRA adapters (rank 64 on q/k/v/o/gate/up/down of every layer, "
+        "~0.32 GB each, applied by forward hooks): each batch asks for one of 12 adapters, loaded on first use into "
+        "an LRU cache of 8; once 8 are loaded an evicted adapter's freed blocks take the next one",
+    },
+    "i": {
+        "name": "lora_leak",
+        "expect": {"shape": {"0": "staircase"}, "leak": True, "oom": True},
+        "note": "generate() serving with LoRA adapters as in serve_lora, on a card pre-filled by a 'weights' tensor; "
+        "after a warm-up on one adapter the adapter cache has no cap: each batch brings a new adapter (~0.32 GB) "
+        "and none is ever evicted, until a real CUDA OOM",
+    },
+    "j": {
+        "name": "sleep",
+        "expect": {"shape": {"0": ["stable", "sawtooth", "spike"]}, "leak": False, "oom": False},
+        "note": "healthy: generate() serving that falls asleep twice for 12 s: the weights offloaded to the host "
+        "(model.to('cpu'), gc, torch.cuda.empty_cache(), as vLLM's sleep level 1 offloads weights and drops the KV "
+        "cache) and back (model.to('cuda')) on waking, serving again at once",
     },
 }
 
@@ -240,6 +269,59 @@ class Stream:
         self.wait()
         batch, self.queue = self.queue[:max_n], self.queue[max_n:]
         return batch
+
+
+class Lora:
+    """LoRA adapters on a transformers model: rank-`rank` A and B on the seven projections of every layer,
+    applied by forward hooks (out + (x @ A) @ B) for the adapter in use; loaded on first use into an LRU of
+    `cap` adapters (0: no cap, none ever evicted)."""
+
+    NAMES = (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")), ("mlp", ("gate_proj", "up_proj", "down_proj")))
+
+    def __init__(self, torch, model, rank: int = 64, cap: int = 8):
+        from collections import OrderedDict
+
+        self.torch, self.rank, self.cap = torch, rank, cap
+        self.mods = [
+            getattr(getattr(layer, sub), n) for layer in model.model.layers for sub, ns in self.NAMES for n in ns
+        ]
+        self.adapters: OrderedDict = OrderedDict()
+        self.current: list | None = None
+        for i, m in enumerate(self.mods):
+            m.register_forward_hook(self._hook(i))
+
+    def _hook(self, i: int):
+        def apply(mod, inp, out):
+            if self.current is None:
+                return out
+            a, b = self.current[i]
+            return out + (inp[0] @ a) @ b
+
+        return apply
+
+    def use(self, aid) -> bool:
+        """Serve the next batch with adapter `aid`; True when it had to be loaded now."""
+        torch = self.torch
+        if aid in self.adapters:
+            self.adapters.move_to_end(aid)
+            self.current = self.adapters[aid]
+            return False
+        if self.cap and len(self.adapters) >= self.cap:
+            self.adapters.popitem(last=False)  # its blocks go back to the caching allocator
+            self.current = None
+        kw = dict(dtype=torch.bfloat16, device="cuda")
+        self.adapters[aid] = [
+            (torch.randn(m.in_features, self.rank, **kw) * 0.01, torch.randn(self.rank, m.out_features, **kw) * 0.001)
+            for m in self.mods
+        ]
+        self.current = self.adapters[aid]
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            a.numel() * a.element_size() + b.numel() * b.element_size() for ad in self.adapters.values() for a, b in ad
+        )
 
 
 class Server:
@@ -427,6 +509,36 @@ class Server:
             del out
             self.log_batch(batch, secs, budget=budget)
 
+    def serve_lora(self, model, lora: Lora, seconds: float, stream: Stream, pick) -> None:
+        """generate() serving for `seconds`, each batch with the adapter `pick()` names."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            aid = pick()
+            loaded = lora.use(aid)
+            batch = stream.take_static()
+            out, secs = self.gen_batch(model, batch)
+            del out
+            self.log_batch(batch, secs, adapter=aid, loaded=loaded, adapters=len(lora.adapters), lora_bytes=lora.nbytes)
+
+    def serve_sleep(self, model, seconds: float, stream: Stream, naps: int = 2, nap_s: float = 12.0) -> None:
+        """Serve, fall asleep (weights to the host, cache emptied) for `nap_s`, wake, `naps` times."""
+        torch = self.torch
+        awake = seconds / (naps + 1)
+        for n in range(naps + 1):
+            self.serve_generate(model, awake, stream)
+            if n == naps:
+                break
+            self.ev.phase("sleep", n=n)
+            model.to("cpu")
+            gc.collect()
+            torch.cuda.empty_cache()
+            self.ev.phase("asleep", n=n, reserved=int(torch.cuda.memory_reserved()))
+            time.sleep(nap_s)
+            self.ev.phase("wake", n=n)
+            model.to("cuda")
+            torch.cuda.synchronize()
+            self.ev.phase("awake", n=n, reserved=int(torch.cuda.memory_reserved()))
+
     # ---- scenarios -------------------------------------------------------------------------------
     def run(self) -> int:
         a = self.a
@@ -462,6 +574,19 @@ class Server:
             elif a.serve == "g":
                 self.serve_ramp(model, a.seconds, stream)
                 self.ev.phase("no_oom")
+            elif a.serve == "h":
+                lora = Lora(torch, model, cap=8)
+                self.serve_lora(model, lora, a.seconds, stream, lambda: self.rng.randrange(12))
+                self.ev.phase("no_oom", adapters=len(lora.adapters), lora_bytes=lora.nbytes)
+            elif a.serve == "i":
+                lora = Lora(torch, model, cap=0)
+                self.serve_lora(model, lora, a.warm, stream, lambda: 0)
+                fresh = iter(range(1, 1 << 30))
+                self.ev.phase("leak", adapter_bytes=lora.nbytes)
+                self.serve_lora(model, lora, a.seconds, stream, lambda: next(fresh))
+                self.ev.phase("no_oom", adapters=len(lora.adapters), lora_bytes=lora.nbytes)
+            elif a.serve == "j":
+                self.serve_sleep(model, a.seconds, stream)
             elif a.serve in ("e", "f"):
                 self.serve_waves(model, a.seconds, stream, leak_from=1 if a.serve == "f" else None)
                 self.ev.phase("no_oom", kept_bytes=self.kept_bytes)
@@ -947,7 +1072,7 @@ def smoke() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j")
     ap.add_argument("--budget-s", type=float, default=560.0, help="stop starting scenarios past this")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--seconds-a", type=float, default=150)
@@ -965,6 +1090,10 @@ def main() -> int:
     ap.add_argument("--seconds-g", type=float, default=210)
     ap.add_argument("--pad-free-gb-g", type=float, default=13)
     ap.add_argument("--peak-tokens-g", type=int, default=40960, help="g: the budget the load ramps up to")
+    ap.add_argument("--seconds-h", type=float, default=150)
+    ap.add_argument("--warm-i", type=float, default=30, help="i: serving on one adapter before the leak")
+    ap.add_argument("--pad-free-gb-i", type=float, default=16)
+    ap.add_argument("--seconds-j", type=float, default=105, help="j: serving time, awake, over the two naps")
     # the server's own flags
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--events", help=argparse.SUPPRESS)
@@ -1041,6 +1170,12 @@ def main() -> int:
         ],
         a.seconds_g + 120,
     )
+    plan["h"] = (["--seconds", str(a.seconds_h), "--rate", "3"], a.seconds_h + 90)
+    plan["i"] = (
+        ["--seconds", "600", "--warm", str(a.warm_i), "--rate", "3", "--pad-free-gb", str(a.pad_free_gb_i)],
+        None,
+    )
+    plan["j"] = (["--seconds", str(a.seconds_j), "--rate", "3"], a.seconds_j + 120)
     if a.no_cudnn_c:
         SCENARIOS["c"]["note"] += " (cuDNN's SDPA turned off, torch.backends.cuda.enable_cudnn_sdp(False))"
     for key in a.only.split(","):
