@@ -4,6 +4,10 @@
                                                                          # torch and transformers
     python3 bench/gpu_serve.py --smoke                                   # versions and API introspection
 
+`oomwatch record` needs APScheduler; where the machine has none, install its wheels first (`pip download
+--no-deps -d build/wheels apscheduler tzlocal` here, then there `pip install --no-deps --target DIR
+build/wheels/*.whl` and `PYTHONPATH=DIR`).
+
 Each scenario is a separate server process: transformers serving a Qwen2-7B-shaped model (hidden 3584, 28
 layers, 28 heads, 4 KV heads, intermediate 18944, vocab 152064, bf16) built from its config with random
 weights (`AutoModelForCausalLM.from_config`, no download), fed a long-tailed request stream (prompt lengths
@@ -36,9 +40,6 @@ once a second with the daemon's own reader (`oomwatch.sources.allocator.Allocato
   8 (an evicted adapter's blocks are reused by the next one). Healthy: a staircase that stops at 8 adapters.
 - i `lora_leak`: h on a pre-filled card, after a warm-up on one adapter, with an adapter cache that has no
   cap: each batch brings a new adapter and none is evicted, until a real CUDA OOM (a steady staircase).
-- j `sleep`: generate() serving that falls asleep twice (weights offloaded to the host with `model.to("cpu")`,
-  gc and `empty_cache`, as vLLM's sleep level 1 drops its KV cache and offloads its weights) for 12 s and
-  wakes (`model.to("cuda")`). Healthy: the card falls to its context and climbs back within seconds.
 The server writes its phases (monotonic clock) to a side file; the script merges them into the trace as
 annotations (`phase`, `oom`; header `scenario`, `expect`, `note`), which replay never reads. Then
 `oomwatch replay TRACE --json` runs on each trace (as recorded, and with its alloc lines removed) and
@@ -148,13 +149,6 @@ SCENARIOS = {
         "note": "generate() serving with LoRA adapters as in serve_lora, on a card pre-filled by a 'weights' tensor; "
         "after a warm-up on one adapter the adapter cache has no cap: each batch brings a new adapter (~0.32 GB) "
         "and none is ever evicted, until a real CUDA OOM",
-    },
-    "j": {
-        "name": "sleep",
-        "expect": {"shape": {"0": ["stable", "sawtooth", "spike"]}, "leak": False, "oom": False},
-        "note": "healthy: generate() serving that falls asleep twice for 12 s: the weights offloaded to the host "
-        "(model.to('cpu'), gc, torch.cuda.empty_cache(), as vLLM's sleep level 1 offloads weights and drops the KV "
-        "cache) and back (model.to('cuda')) on waking, serving again at once",
     },
 }
 
@@ -520,25 +514,6 @@ class Server:
             del out
             self.log_batch(batch, secs, adapter=aid, loaded=loaded, adapters=len(lora.adapters), lora_bytes=lora.nbytes)
 
-    def serve_sleep(self, model, seconds: float, stream: Stream, naps: int = 2, nap_s: float = 12.0) -> None:
-        """Serve, fall asleep (weights to the host, cache emptied) for `nap_s`, wake, `naps` times."""
-        torch = self.torch
-        awake = seconds / (naps + 1)
-        for n in range(naps + 1):
-            self.serve_generate(model, awake, stream)
-            if n == naps:
-                break
-            self.ev.phase("sleep", n=n)
-            model.to("cpu")
-            gc.collect()
-            torch.cuda.empty_cache()
-            self.ev.phase("asleep", n=n, reserved=int(torch.cuda.memory_reserved()))
-            time.sleep(nap_s)
-            self.ev.phase("wake", n=n)
-            model.to("cuda")
-            torch.cuda.synchronize()
-            self.ev.phase("awake", n=n, reserved=int(torch.cuda.memory_reserved()))
-
     # ---- scenarios -------------------------------------------------------------------------------
     def run(self) -> int:
         a = self.a
@@ -585,8 +560,6 @@ class Server:
                 self.ev.phase("leak", adapter_bytes=lora.nbytes)
                 self.serve_lora(model, lora, a.seconds, stream, lambda: next(fresh))
                 self.ev.phase("no_oom", adapters=len(lora.adapters), lora_bytes=lora.nbytes)
-            elif a.serve == "j":
-                self.serve_sleep(model, a.seconds, stream)
             elif a.serve in ("e", "f"):
                 self.serve_waves(model, a.seconds, stream, leak_from=1 if a.serve == "f" else None)
                 self.ev.phase("no_oom", kept_bytes=self.kept_bytes)
@@ -898,6 +871,9 @@ def record(key: str, out: str, serve_args: list[str], cap_s: float) -> dict:
 _PATHS = (
     (re.compile(r"/dev/shm/oomwatch-probe-[\w-]+"), "<probe dir>"),
     (re.compile(r"/tmp/[\w.-]+/"), "<tmp>/"),
+    (re.compile(r"/tmp/[\w.-]+"), "<tmp>"),
+    (re.compile(re.escape(ROOT) + "/"), ""),  # the checkout: paths in it read as the repository's own
+    (re.compile(re.escape(ROOT) + r"\b"), "."),
     (re.compile(r"/\S*/site-packages/"), "<site-packages>/"),
     (re.compile(r"/\S*/bin/python3?\b"), "python3"),
 )
@@ -907,6 +883,13 @@ def scrub(text: str) -> str:
     for pat, repl in _PATHS:
         text = pat.sub(repl, text)
     return text
+
+
+def scrub_proc(ev: dict, out: str) -> dict:
+    """A process description with the device's paths taken out of its command line (the output folder too)."""
+    if "cmdline" in ev:
+        ev["cmdline"] = [scrub(c.replace(os.path.abspath(out), "<out>")) for c in ev["cmdline"]]
+    return ev
 
 
 def finish(key, raw, path, events, allocs, offset, t_exit, rc, killed, slog, rlog) -> dict:
@@ -922,7 +905,7 @@ def finish(key, raw, path, events, allocs, offset, t_exit, rc, killed, slog, rlo
     body = []
     for ln in lines[1:]:
         with contextlib.suppress(ValueError):
-            body.append(json.loads(ln))
+            body.append(scrub_proc(json.loads(ln), os.path.dirname(path)))
     header.update(
         scenario=name,
         expect=sc["expect"],
@@ -1072,7 +1055,7 @@ def smoke() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i")
     ap.add_argument("--budget-s", type=float, default=560.0, help="stop starting scenarios past this")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--seconds-a", type=float, default=150)
@@ -1093,7 +1076,6 @@ def main() -> int:
     ap.add_argument("--seconds-h", type=float, default=150)
     ap.add_argument("--warm-i", type=float, default=30, help="i: serving on one adapter before the leak")
     ap.add_argument("--pad-free-gb-i", type=float, default=16)
-    ap.add_argument("--seconds-j", type=float, default=105, help="j: serving time, awake, over the two naps")
     # the server's own flags
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--events", help=argparse.SUPPRESS)
@@ -1175,7 +1157,6 @@ def main() -> int:
         ["--seconds", "600", "--warm", str(a.warm_i), "--rate", "3", "--pad-free-gb", str(a.pad_free_gb_i)],
         None,
     )
-    plan["j"] = (["--seconds", str(a.seconds_j), "--rate", "3"], a.seconds_j + 120)
     if a.no_cudnn_c:
         SCENARIOS["c"]["note"] += " (cuDNN's SDPA turned off, torch.backends.cuda.enable_cudnn_sdp(False))"
     for key in a.only.split(","):
