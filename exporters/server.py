@@ -157,9 +157,13 @@ class PooledHTTPServer(HTTPServer):
         with self._open_lock:
             self._open.add(request)
         try:
-            self._pool.submit(self._work, request, client_address)
+            job = self._pool.submit(self._work, request, client_address)
         except RuntimeError:  # the pool is shut down: the server is closing
             self._done(request)
+            return
+        # A worker hands its slot back before its thread is free again, so a connection can wait in the pool's
+        # queue for a moment; one still there when the server closes is cancelled, and no worker will close it.
+        job.add_done_callback(lambda j: self._done(request) if j.cancelled() else None)
 
     def _work(self, request: Any, client_address: Any) -> None:
         conn = request

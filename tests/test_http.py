@@ -167,3 +167,27 @@ def test_shutdown_is_prompt_while_every_worker_is_held(snapshot):
     finally:
         for s in socks:
             s.close()
+
+
+def test_a_connection_still_queued_for_a_worker_is_closed_when_the_server_closes():
+    """A connection handed to the pool while its worker was still finishing the last one waits in the pool's
+    queue; closing the server cancels it. No worker will ever run it, so the server closes its socket (else
+    it stays open until the garbage collector finds it, long after shutdown)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    httpd = srv.PooledHTTPServer(("127.0.0.1", 0), srv.Handler, workers=1)
+    busy, release = threading.Event(), threading.Event()
+    httpd._pool.shutdown()
+    httpd._pool = ThreadPoolExecutor(max_workers=1)  # its one thread held, as by a worker still finishing
+    httpd._pool.submit(lambda: (busy.set(), release.wait(5)))
+    assert busy.wait(5)
+    ours, theirs = socket.socketpair()
+    try:
+        httpd.process_request(ours, ("127.0.0.1", 1))  # a free slot: handed to the pool, queued there
+        httpd.server_close()
+        release.set()
+        assert ours.fileno() == -1  # closed, not left to the garbage collector
+    finally:
+        release.set()
+        ours.close()
+        theirs.close()
