@@ -545,6 +545,31 @@ def test_a_climb_that_keeps_its_pace_pages_on_the_same_card():
     assert leaks and leaks[0] <= pages[0] + 5, (leaks, pages)  # a page on a leak says the leak too
 
 
+def _batches(swing, kept, rise, seconds=8 * 3600, every=1200.0):
+    """`_uvicorn_l4` serving a batch of `swing` bytes for the first half of every `every` s (releases at
+    regular gaps: a cycle), keeping `kept` bytes a cycle, over a load that rises `rise` bytes in `seconds`."""
+
+    def level(t):
+        c, x = divmod(t - 60, every)
+        return rise * (t - 60) / seconds + kept * c + (swing if x < every / 2 else 0.0)
+
+    return _uvicorn_l4(level, seconds, hz=0.2)
+
+
+def test_releases_smaller_than_the_troughs_rise_are_no_cycle_to_warn_on_for_a_pool_less_server():
+    """A pool-less app's load rises 4 GiB over eight hours (a daily load's rising half) under batches of 0.5
+    GiB that come and go every 20 minutes. The least memory between the batches rises with the load, by more
+    than a batch gives back: no cycle coming round but ripples over a floor that follows the load, which for a
+    server without a pool is no leak short of a day. Its troughs read as a cycle's warned at 2.2 hours. The
+    same server keeping 100 MiB a cycle under batches of 4 GiB is a leak under a cycle: still warned."""
+    trans, dead = _batches(0.5 * synth.GiB, 0, 4 * synth.GiB)
+    assert dead is None
+    assert not fired(trans, "GPUMemoryLeak") and not fired(trans, "GPUOOMImminent")
+    trans, dead = _batches(4 * synth.GiB, 100 << 20, 0)
+    assert dead is None
+    assert fired(trans, "GPUMemoryLeak") and not fired(trans, "GPUOOMImminent")
+
+
 def test_the_recent_pace_is_the_shorter_windows_even_when_it_rose_too_little_to_be_a_leak():
     """The forecast trusts the next shorter window's pace. Where that window rose, significantly, by less than a
     leak's least rise (a load slowing near its peak: 60 MiB in the last 30 s at 2 MiB/s, against 16 MiB/s over

@@ -341,15 +341,7 @@ class CardJudge:
             urgent = self._urgent(eta, eta_lo) and not within and not seasonal and likely
             if urgent:
                 urgent = self._outlasts_past_climbs(hist, lc, since, now, now - base_t, ref, recent, cap)
-            if (
-                not urgent
-                and lc.budget is None
-                and (lc.kind is not None or any(r >= since for r in lc.release_times))
-                and (tr.window_s < cfg.load_follow_window_s or now - since < cfg.load_follow_window_s)
-            ):
-                # A server without a preallocated pool follows its load (a daily cycle rises for hours):
-                # short of an urgent projection, only growth that outlasts a whole day is a leak. A server is
-                # known to be one by its command line, or by its curve: it gave memory back while serving.
+            if not urgent and self._follows_load(lc, since, tr.window_s, now):
                 return self._levelled(tr, "plateau", floor, cap, shape, base)
             lshape = "sawtooth" if cyclic else ("ramp" if steps >= cfg.ramp_share * (tr.blocks - 1) else "staircase")
             self.shape_prev = lshape
@@ -388,7 +380,9 @@ class CardJudge:
 
         Two rises in a row, each at least a settle step, whose projection (from the troughs' Theil-Sen rate and
         the last cycle's peak) fills the card inside the horizon and soon compared with how long they have
-        risen, page; a warning without urgency needs Mann-Kendall significance over the troughs (>= 8)."""
+        risen, page; a warning without urgency needs Mann-Kendall significance over the troughs (>= 8) and, on
+        a pool-less server, releases that give back more than the troughs rose (a cycle that dominates its drift,
+        whose troughs are the same point of it round after round; else a floor with ripples, for the trend)."""
         cfg = self.cfg
         # Troughs while serving: a start's climb and its profile spike are no cycle. The history level read is
         # the finest that still holds every release remembered (an hourly cycle's troughs span many hours).
@@ -436,7 +430,14 @@ class CardJudge:
         eta_lo = max(0.0, (cap - ref) / lo) if lo > 0 else math.inf
         lasted = tt[-1] - tt[-3] if len(tt) >= 3 else 0.0
         urgent = urgent_shape and self._urgent(eta, eta) and eta <= cfg.start_eta_ratio * max(lasted, 1e-9)
+        urgent = urgent or (significant and self._urgent(eta, eta_lo))
         if not (urgent or significant):
+            return None
+        served = lc.serving_since if lc.serving_since is not None else float(t[0])
+        swing = float(np.median(np.asarray(peaks) - y))
+        if not urgent and swing <= y[-1] - y[0] and self._follows_load(lc, served, tt[-1] - tt[0], now):
+            # Releases that give back less than the troughs have risen are no cycle coming round but transients
+            # over a rising floor: on a pool-less server, its load (`_follows_load`), judged by the trend.
             return None
         self.shape_prev = "sawtooth"
         why = (
@@ -451,10 +452,24 @@ class CardJudge:
             leak_confidence=round(min(1.0, 1 - 0.5 * math.erfc(z / math.sqrt(2))), 4),
             eta_seconds=eta,
             eta_lo_seconds=eta_lo if math.isfinite(eta_lo) else None,
-            urgent=urgent or (significant and self._urgent(eta, eta_lo)),
+            urgent=urgent,
             steps=int(np.count_nonzero(rises > 0)),
             why=why,
             **base,
+        )
+
+    def _follows_load(self, lc: Lifecycle, since: float, span: float, now: float) -> bool:
+        """Is a rise of `span` seconds, short of an urgent projection, a pool-less server following its load?
+
+        A server without a preallocated pool follows its load (a daily cycle rises for hours, and the least
+        memory between its transients rises with it): only growth that outlasts a whole day
+        (`load_follow_window_s`) is a leak. A server is known to be one by its command line, or by its curve:
+        it gave memory back while serving. One rule for the floor's trend and for the troughs of a cycle."""
+        window = self.cfg.load_follow_window_s
+        return (
+            lc.budget is None
+            and (lc.kind is not None or any(r >= since for r in lc.release_times))
+            and (span < window or now - since < window)
         )
 
     def _given_back_peak(self, hist: History, lc: Lifecycle, since: float, now: float) -> float:
