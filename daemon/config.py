@@ -260,7 +260,8 @@ class AnalysisConfig:
     floor_window_s: float = 10.0  # the floor now: least used over this (a trough of a short cycle)
     leak_min_bytes: int = 128 << 20  # less growth is no leak worth a warning (a 30 MB/h leak passes it in 4 h)
     cycle_regularity: float = 0.5  # releases whose gaps vary by more than this (coefficient of variation) are
-    # no repeating cycle (a sawtooth's empty_cache is periodic: CV ~0.1; transients come as a Poisson process: 1)
+    # no repeating cycle (a sawtooth's empty_cache is periodic: CV ~0.1; transients come as a Poisson process: 1);
+    # judging troughs, at the trend's confidence (curve.py `_regular`: the CV's upper bound from the gaps' count)
     trough_min_rise_bytes: int = 64 << 20  # a trough this much above the last one rose (sawtooth leaks)
     headroom_share: float = 0.2  # near the top, growth of this share of what is left counts (see _min_rise)
     ramp_share: float = 0.6  # a floor rising in at least this share of its blocks is a ramp, else a staircase
