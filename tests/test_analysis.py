@@ -372,6 +372,23 @@ def test_a_few_large_cache_steps_to_the_top_do_not_page():
     assert not fired(trans, "GPUOOMImminent") and not fired(trans, "GPUMemoryLeak")
 
 
+def test_a_starts_cache_steps_past_its_declared_budget_page_only_once_likely_to_go_on():
+    """vLLM at --gpu-memory-utilization 0.9 on an H200: right after its graphs, before the start has held
+    steady, the allocator's cache steps five times (1.45 GiB at gaps of 3-13 s, BEHAVIOURS section 2) to 97% of
+    the card, past where the budget says the start stops. The start's climb up to that line is explained; the
+    climb past it is young against what is left, so no page (the tree before paged it at 50 s). The same steps
+    going on every 5 s to the OOM still page before it."""
+    step = 1.45 * synth.GiB
+    cache = [10.0, 13.0, 18.0, 27.0, 40.0]
+    trans, oom = _vllm_card(0.9, _steps_at(cache, step), 300, hz=10.0)
+    assert oom is None
+    assert not fired(trans, "GPUOOMImminent") and not fired(trans, "GPUMemoryLeak")
+    trans, oom = _vllm_card(0.9, _steps_at([7.0 + 5 * k for k in range(40)], step), 300, hz=10.0)
+    assert oom is not None
+    pages = fired(trans, "GPUOOMImminent")
+    assert pages and pages[0] < oom, (pages, oom)
+
+
 def test_a_page_holds_only_while_its_forecast_does():
     """A leak pages, slows down for ten minutes (its ETA leaves even the forecast's hysteresis, twice the
     horizon, for longer than the page's clear time), then speeds up again to the OOM: the page resolves in

@@ -30,7 +30,10 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
 - Starting: growth is never a leak. A start stops where starts stop: at the server's declared budget (a
   known engine's command line), or a few percent above the level after its dominant jump (the KV pool, then
   graphs). Past that line the forecast decides, and the climb must also be likely to go on
-  (`start_eta_ratio`, Gott's delta-t: a climb that lasted T goes on for 1.5 T more with odds of 40%). An
+  (`likely_to_go_on`, Gott's delta-t: a climb that lasted T goes on for 1.5 T more with odds of 40%). Where a
+  budget is declared the climb judged is the one past its line, in time or in bytes, as a serving card's is
+  (the cache's first steps can come right after the graphs, before the start holds steady); where the line
+  is only the pool's jump plus graphs, the whole climb since the pool. An
   engine that is configured and not answering yet is still loading: no urgency before its budget line.
 - Spike risk: the tallest transient given back in the last `spike_window_s` against the free memory above
   the floor, with a relative and an absolute margin. Transients of a start (the profile run) and memory
@@ -87,6 +90,15 @@ def moved_floor(hist: History, last: CurveVerdict) -> float:
     """How far the newest reading is from the floor of the last full verdict (a slow ramp adds up)."""
     cur = hist.levels[0]._cur
     return abs(cur[3] - last.floor_bytes) if cur is not None else 0.0
+
+
+def likely_to_go_on(eta: float, left: float, age: float, done: float, cfg: AnalysisConfig) -> bool:
+    """Gott's delta-t (`start_eta_ratio`), the one rule for every climb that could page (a start's, a cycle's,
+    a leak's): a climb that has lasted `age` seconds and risen `done` bytes goes on for 1.5 times as much
+    again with odds of 40%. Likely to fill the card if what is left, in time (`eta`) or in bytes (`left`), is
+    within that. Bytes as well as time, because the trend's rate lags a fast leak's."""
+    r = cfg.start_eta_ratio
+    return eta <= r * age or left <= r * done
 
 
 def _idle(used: float, cap: float) -> CurveVerdict:
@@ -333,13 +345,11 @@ class CardJudge:
             # (within one settle step: a cycle's peaks differ by a few hundred MB from one round to the next)
             seasonal = ref <= seen + max(cfg.settle_fraction * cap, float(cfg.settle_min_bytes))
             # One rule for every climb (a start's, a cycle's, a leak's): urgent only if it is also likely to
-            # go on until the card is full (Gott's delta-t, `start_eta_ratio`): what is left, in time or in
-            # bytes, within 1.5 times what this climb has done since the floor last stood at its lowest. Bytes
-            # as well as time, because the trend's rate lags a fast leak's; the first rising half of a load
-            # cycle pages no more than a start does.
+            # go on until the card is full (`likely_to_go_on`), measured since the floor last stood at its
+            # lowest; the first rising half of a load cycle pages no more than a start does.
             last_release = max((r for r in lc.release_times if r >= since), default=since)
             base_t, base_b = self._climb_base(t, mn, last_release, cap)
-            likely = eta <= cfg.start_eta_ratio * (now - base_t) or cap - ref <= cfg.start_eta_ratio * (ref - base_b)
+            likely = likely_to_go_on(eta, cap - ref, now - base_t, ref - base_b, cfg)
             urgent = self._urgent(eta, eta_lo) and not within and not seasonal and likely
             if urgent:
                 urgent = self._outlasts_past_climbs(hist, lc, since, now, now - base_t, ref, recent, cap)
@@ -661,7 +671,14 @@ class CardJudge:
         eta = max(0.0, (cap - ref) / tr.slope)
         eta_lo = max(0.0, (cap - ref) / tr.slope_lo)
         lasted = now - (tr.since if tr.since is not None else t0)
-        if not self._urgent(eta, eta_lo) or eta > cfg.start_eta_ratio * lasted:
+        if lc.budget is not None:
+            # A declared budget says where this start stops: the climb that could page is the one past it (a
+            # cache's first steps right after the graphs), judged as every climb is, by what it has done.
+            k = i + int(np.argmax(mn[i:] > line))
+            likely = likely_to_go_on(eta, cap - ref, now - max(float(t[k]), now - lasted), ref - line, cfg)
+        else:  # the line is only an estimate (the pool's jump plus graphs): the whole climb since the pool
+            likely = eta <= cfg.start_eta_ratio * lasted
+        if not self._urgent(eta, eta_lo) or not likely:
             return CurveVerdict("stable", **base)
         steps = int(np.count_nonzero(np.diff(kept_floor(mn[i:])) > 0))
         shape = "staircase" if steps < 0.6 * max(1, len(mn) - i) else "ramp"
