@@ -246,7 +246,9 @@ class AnalysisConfig:
     # argument: nothing says where in its climb we look at it); fewer pages would land too late to act on
     exit_grace_s: float = 5.0  # memory released this soon after a process went away is its exit, not a spike
     # -- trend of the floor (trend.py)
-    trend_windows_s: tuple[float, ...] = (30.0, 120.0, 600.0, 3600.0, 21600.0, 86400.0, 604800.0)  # minutes to days
+    # minutes to days, a few times apart: a window is tested from half its length, so a gap as wide as one day to
+    # seven hid a leak too slow to rise `leak_min_bytes` in a day (5 MB/h) until the 7-day window at 3.5 days
+    trend_windows_s: tuple[float, ...] = (30.0, 120.0, 600.0, 3600.0, 21600.0, 86400.0, 172800.0, 604800.0)
     trend_cadence: float = 60.0  # a window is re-tested this many times per its length (long ones rarely) ...
     trend_retest_min_s: float = 1.0  # ... and never more often than this (block minima barely move in a second)
     trend_min_span_s: float = 6.0  # the shortest evidence a trend is tested on

@@ -62,7 +62,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "daily_cycle_tgi_with_leak_l40s_3d": "open: a daily cycle shows three troughs in two days (see above)",
     "daily_cycle_with_leak_l4": "open: irregular releases are no cycle, so the rising troughs are not tested",
     "leak_500mb_per_hour_l40s_far_from_oom": "open: 500 MB/h on a pool-less server not flagged in 3.9 h",
-    "leak_5mb_per_hour_h200_3d": "open: 5 MB/h on an H200 not flagged in 2 days",
     # -- open: pages late or missing
     "tp2_a10_95pct_rank0_staircase": "open: five 50 MB steps into 290 MB of headroom, OOM 50 s after onset",
     "leak_one_rank_of_4_staircase_l40s": "open: staircase on one rank of four unpaged",
@@ -76,11 +75,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "at the top like healthy cache growth to 98.6% (serving_cache_growth)",
     "real:sawtooth_rising": "open: paged 17 s ahead (floor 19 s)",
     "real:slow_leak": "open: a staircase from a process's birth is read as its start for the trace's 62 s",
-    # -- open: false leak warnings
-    # Recorded on the H200 (bench/gpu_serve.py g): a pool-less generate() app whose load ramps up, batches back to
-    # back. Read once a second, its live tensors are nearly always mid-request, so their floor follows the load's
-    # in-flight KV cache (+1 GiB over 90 s) and reads as kept tensors; the allocator's cache meanwhile fills the
-    # card to 99.6% and is flushed before CUDA fails (NVML alone pages it; the probe withdraws the page).
 }
 
 
