@@ -674,8 +674,8 @@ class CardJudge:
         if lc.budget is not None:
             # A declared budget says where this start stops: the climb that could page is the one past it (a
             # cache's first steps right after the graphs), judged as every climb is, by what it has done.
-            k = i + int(np.argmax(mn[i:] > line))
-            likely = likely_to_go_on(eta, cap - ref, now - max(float(t[k]), now - lasted), ref - line, cfg)
+            past = min(lasted, now - float(t[i + int(np.argmax(mn[i:] > line))]))  # since the floor crossed it
+            likely = likely_to_go_on(eta, cap - ref, past, ref - line, cfg)
         else:  # the line is only an estimate (the pool's jump plus graphs): the whole climb since the pool
             likely = eta <= cfg.start_eta_ratio * lasted
         if not self._urgent(eta, eta_lo) or not likely:
