@@ -673,12 +673,11 @@ class CardJudge:
         lasted = now - (tr.since if tr.since is not None else t0)
         if lc.budget is not None:
             # A declared budget says where this start stops: the climb that could page is the one past it (a
-            # cache's first steps right after the graphs), judged as every climb is, by what it has done.
-            past = min(lasted, now - float(t[i + int(np.argmax(mn[i:] > line))]))  # since the floor crossed it
-            likely = likely_to_go_on(eta, cap - ref, past, ref - line, cfg)
-        else:  # the line is only an estimate (the pool's jump plus graphs): the whole climb since the pool
-            likely = eta <= cfg.start_eta_ratio * lasted
-        if not self._urgent(eta, eta_lo) or not likely:
+            # cache's first steps right after the graphs), from when the floor crossed it.
+            age, done = min(lasted, now - float(t[i + int(np.argmax(mn[i:] > line))])), ref - line
+        else:  # the line is only an estimate (the pool's jump plus graphs): the whole climb since the pool, in
+            age, done = lasted, 0.0  # time (the bytes above an estimated line say nothing of what it did)
+        if not self._urgent(eta, eta_lo) or not likely_to_go_on(eta, cap - ref, age, done, cfg):
             return CurveVerdict("stable", **base)
         steps = int(np.count_nonzero(np.diff(kept_floor(mn[i:])) > 0))
         shape = "staircase" if steps < 0.6 * max(1, len(mn) - i) else "ramp"
