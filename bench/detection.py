@@ -304,8 +304,9 @@ def replay(item: str) -> tuple[dict, list[dict], int, float, dict]:
     return _replay(item)[:5]  # type: ignore[return-value]
 
 
-def _replay(item: str) -> tuple[dict, list[dict], int, float, dict, dict]:
-    """`replay` and the summary's per-GPU part at the end."""
+def _replay(item: str, transform=None) -> tuple[dict, list[dict], int, float, dict, dict]:
+    """`replay` and the summary's per-GPU part at the end. `transform` (records -> records), where given,
+    changes the parsed records before they are fed (bench/robustness.py: a recorder's irregularities)."""
     from oomwatch.analysis.analyzer import Analyzer
     from oomwatch.feed import feed
     from oomwatch.trace import parse_header, parse_line
@@ -313,6 +314,8 @@ def _replay(item: str) -> tuple[dict, list[dict], int, float, dict, dict]:
     header, recs, truth = load(item)
     gpus = parse_header(json.dumps(header), item).gpus
     parsed = [r for r in (parse_line(o) for o in recs) if r is not None]
+    if transform is not None:
+        parsed = transform(parsed)
     an = Analyzer(gpus)
     trans: list = []
     t0 = time.perf_counter()
@@ -540,11 +543,11 @@ def run_name(item: str) -> str:
     return item if src == "project" else f"{src}: " + os.path.basename(item)[:-6]
 
 
-def run_one(item: str) -> dict:
+def run_one(item: str, transform=None) -> dict:
     src = source_of(item)
     name = run_name(item)
     try:
-        truth, trans, n, dt, header, summary = _replay(item)
+        truth, trans, n, dt, header, summary = _replay(item, transform)
     except Exception as e:  # noqa: BLE001  an analysis that raises fails its trace; the others still run
         return {"name": name, "item": item, "error": f"{type(e).__name__}: {e}"}
     r = score(truth, trans, header)

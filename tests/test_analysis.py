@@ -409,6 +409,31 @@ def test_a_starts_cache_steps_past_its_declared_budget_page_only_once_likely_to_
     assert pages and pages[0] < oom, (pages, oom)
 
 
+def test_a_few_mib_of_noise_changes_no_verdict():
+    """The allocator's cache stepping five times (1.45 GiB, BEHAVIOURS section 2) to 97% of an H200, read once
+    exactly and once with 4 MiB of noise on every reading (another context's small allocations, an exporter's
+    rounding): the same verdict, no page and no leak warning. Counting the noise's rises as steps made the
+    handful of steps a ramp of fine ones (the tree before paged the noisy card). The same steps going on every
+    5 s to the OOM still page before it, noisy or not."""
+    step = 1.45 * synth.GiB
+    cache = _steps_at([40.0, 55.0, 80.0, 105.0, 112.0], step)
+    leak = _steps_at([40.0 + 5 * k for k in range(40)], step)
+    for sd in (0.0, 4 * 2**20):
+        trans, oom = _vllm_card(0.9, _with_noise(cache, sd), 400)
+        assert oom is None
+        assert not fired(trans, "GPUOOMImminent") and not fired(trans, "GPUMemoryLeak"), sd
+        trans, oom = _vllm_card(0.9, _with_noise(leak, sd), 400)
+        assert oom is not None
+        pages = fired(trans, "GPUOOMImminent")
+        assert pages and pages[0] < oom, (sd, pages, oom)
+
+
+def _with_noise(phases, sd: float, seed: int = 7):
+    """`phases` read with normal noise of `sd` bytes on every reading (none for sd 0)."""
+    rng = np.random.default_rng(seed)
+    return lambda t: phases(t) + (float(rng.normal(0.0, sd)) if sd else 0.0)
+
+
 def test_a_page_holds_only_while_its_forecast_does():
     """A leak pages, slows down for ten minutes (its ETA leaves even the forecast's hysteresis, twice the
     horizon, for longer than the page's clear time), then speeds up again to the OOM: the page resolves in

@@ -227,7 +227,15 @@ class CardJudge:
                     self.trends[w] = Trend(w, why_not="too few blocks", blocks=len(tt))
                     self.due[w] = now + w / 2
                     continue
-                self.trends[w] = floor_trend(tt, mm, w, cfg, min_block_s=period, min_rise=self._min_rise(w, cap, floor))
+                self.trends[w] = floor_trend(
+                    tt,
+                    mm,
+                    w,
+                    cfg,
+                    min_block_s=period,
+                    min_rise=self._min_rise(w, cap, floor),
+                    noise_most=cfg.quiet_fraction * cap,
+                )
             tr = self.trends.get(w)
             if tr is None:
                 continue
@@ -657,7 +665,7 @@ class CardJudge:
         i = int(np.searchsorted(t, t0))
         if now >= self.start_due or self.start_v is None:  # re-tested ~60 times over the start's span
             self.start_due = now + max(cfg.trend_retest_min_s, (now - t0) / cfg.trend_cadence)
-            self.start_v = floor_trend(t[i:], mn[i:], now - t0, self.cfg)
+            self.start_v = floor_trend(t[i:], mn[i:], now - t0, self.cfg, noise_most=cfg.quiet_fraction * cap)
         tr = self.start_v
         if not tr.leak:
             return CurveVerdict("stable", **base)

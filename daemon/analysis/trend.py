@@ -10,6 +10,10 @@ with blocks at least one cycle long is judged by its troughs). On those minima:
   (`trend_z`, one-sided p < 0.001).
 - Theil-Sen gives the slope (median of pairwise slopes: one odd step cannot swing it) and its confidence
   interval from the same Kendall statistic (Sen 1968): the lower bound is what the page trusts.
+- A step is a rise above the floor's own noise: a flat floor read with a few MiB of noise (another context's
+  small allocations, an exporter's rounding) has block minima that rise as often as they fall, and counting
+  those rises as steps makes a handful of the allocator's steps look like a ramp of fine ones
+  (`step_noise`). A floor that only steps or leaks seldom falls, so its every rise still counts.
 - Monotone is not enough: a single step up (a new allocator high-water mark) is monotone too. Growth is
   *sustained* only when it is spread over the window (no single block-to-block rise carries more than
   `trend_step_share` of it), still present in the last third, and not decelerating (the second half's
@@ -134,10 +138,34 @@ def block_minima(
     return t[ends], np.minimum.reduceat(mins, edges)
 
 
+#: A normal difference's absolute value has its median at 0.6745 sd: the robust sd is 1.4826 times it (MAD).
+MAD_TO_SD = 1.4826
+#: Block minima of a flat, noisy floor fall between half of their neighbours; where fewer than a quarter of
+#: them fall, the falls are releases (or nothing), not noise, and every rise is a step.
+NOISE_FALL_SHARE = 0.25
+
+
+def step_noise(up: np.ndarray, z: float, most: float) -> float:
+    """How far block minima rise by noise alone: `z` robust sds of their falls (`MAD_TO_SD`), and never more
+    than `most` (the card's quiet level) so that a leak's fine steps beside a release still count; 0 where the
+    floor falls too seldom to be noise (`NOISE_FALL_SHARE`)."""
+    falls = -up[up < 0]
+    if most <= 0 or len(falls) < NOISE_FALL_SHARE * len(up):
+        return 0.0
+    return min(most, z * MAD_TO_SD * float(np.median(falls)))
+
+
 def floor_trend(
-    t: np.ndarray, mins: np.ndarray, window_s: float, cfg: Any, min_block_s: float = 0.0, min_rise: float = 0.0
+    t: np.ndarray,
+    mins: np.ndarray,
+    window_s: float,
+    cfg: Any,
+    min_block_s: float = 0.0,
+    min_rise: float = 0.0,
+    noise_most: float = 0.0,
 ) -> Trend:
-    """Judge the floor of (t, mins) (already cut to the window) with the statistics above."""
+    """Judge the floor of (t, mins) (already cut to the window) with the statistics above. `noise_most`: the
+    most a rise can be and still be the floor's noise rather than a step (`step_noise`; 0: every rise is one)."""
     bt, by = block_minima(t, mins, cfg.trend_blocks, min_block_s)
     n = len(by)
     if n < cfg.trend_min_blocks:
@@ -146,6 +174,7 @@ def floor_trend(
     var = _var_s(by)
     _, z = mann_kendall(by, var)
     up = np.diff(by)
+    stepped = up > step_noise(up, cfg.trend_z, noise_most)
     base: dict[str, Any] = dict(
         window_s=window_s,
         z=round(z, 2),
@@ -153,7 +182,7 @@ def floor_trend(
         floor_bytes=float(by[-1]),
         blocks=n,
         max_step_bytes=float(up.max()),
-        rising_blocks=int(np.count_nonzero(up > 0)),
+        rising_blocks=int(np.count_nonzero(stepped)),
     )
     if z < cfg.trend_z or rise <= 0:
         return Trend(**base, why_not="not significant")
@@ -161,9 +190,11 @@ def floor_trend(
     slope, lo, _ = theil_sen(x, by, cfg.trend_ci_z, var)
     if rise < min_rise:  # no leak, but its pace is the recent one for a longer window's forecast
         return Trend(**base, slope=slope, slope_lo=lo, why_not="too small")
-    first = int(np.argmax(up > 0))
+    if not stepped.any():  # every rise within the noise: the rise is in the many small ones, as before
+        stepped = up > 0
+    first = int(np.argmax(stepped))
     since = float(bt[first])
-    last = len(up) - int(np.argmax(up[::-1] > 0))
+    last = len(up) - int(np.argmax(stepped[::-1]))
     base.update(significant=True, slope=slope, slope_lo=lo, since=since, last_rise=float(bt[last]))
     if float(up.max()) > cfg.trend_step_share * rise:
         return Trend(**base, why_not="one step")
