@@ -101,6 +101,24 @@ def likely_to_go_on(eta: float, left: float, age: float, done: float, cfg: Analy
     return eta <= r * age or left <= r * done
 
 
+def _cycle_extremes(
+    t: np.ndarray, mn: np.ndarray, mx: np.ndarray, edges: np.ndarray
+) -> tuple[list[float], list[float], list[float]]:
+    """Per cycle (the buckets between consecutive `edges`, non-decreasing indices; empty ones skipped): the
+    time and value of its least memory (the first bucket holding it) and its highest reading. Vectorised: a
+    day of a short cycle is dozens of them at every evaluation."""
+    a0, end = int(edges[0]), int(edges[-1])
+    starts = edges[:-1][edges[1:] > edges[:-1]] - a0
+    if len(starts) == 0:
+        return [], [], []
+    seg = mn[a0:end]
+    lows = np.minimum.reduceat(seg, starts)
+    highs = np.maximum.reduceat(mx[a0:end], starts)
+    at_low = np.flatnonzero(seg == np.repeat(lows, np.diff(np.append(starts, end - a0))))
+    k = at_low[np.searchsorted(at_low, starts)] + a0  # the first bucket at each cycle's least
+    return t[k].tolist(), mn[k].tolist(), highs.tolist()
+
+
 def _idle(used: float, cap: float) -> CurveVerdict:
     return CurveVerdict("idle", floor_bytes=used, peak_bytes=used, headroom_bytes=max(0.0, cap - used))
 
@@ -421,15 +439,7 @@ class CardJudge:
             # Releases at irregular gaps are transients and load given back, not one repeating cycle: the
             # least memory between them is no trough of a cycle (seasonality is judged by the trend windows).
             return None
-        edges = np.searchsorted(t, [t_start] + rel + [now + 1.0])
-        tt, ty, peaks = [], [], []
-        for a, b in zip(edges[:-1], edges[1:], strict=True):
-            if b <= a:
-                continue
-            k = a + int(np.argmin(mn[a:b]))
-            tt.append(float(t[k]))
-            ty.append(float(mn[k]))
-            peaks.append(float(mx[a:b].max()))
+        tt, ty, peaks = _cycle_extremes(t, mn, mx, np.searchsorted(t, [t_start] + rel + [now + 1.0]))
         if len(ty) < 3:
             return None
         y = np.asarray(ty)

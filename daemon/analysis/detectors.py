@@ -12,6 +12,7 @@ imbalance, KV pressure, telemetry, host RAM. The alert book and the summary see 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -76,8 +77,11 @@ class Context:
     card: GpuState | None = None  # the card a per-card detector judges
 
     def on(self, card: GpuState) -> Context:
-        """This context for one card's detectors."""
-        return replace(self, card=card)
+        """This context for one card's detectors (a shallow copy: `dataclasses.replace` re-runs `__init__`,
+        which cost as much as a quiet card's whole evaluation)."""
+        c = copy.copy(self)
+        object.__setattr__(c, "card", card)
+        return c
 
     @property
     def st(self) -> GpuState:

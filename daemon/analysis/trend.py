@@ -152,7 +152,16 @@ def step_noise(up: np.ndarray, z: float, most: float) -> float:
     falls = -up[up < 0]
     if most <= 0 or len(falls) < NOISE_FALL_SHARE * len(up):
         return 0.0
-    return min(most, z * MAD_TO_SD * float(np.median(falls)))
+    return min(most, z * MAD_TO_SD * _median(falls))
+
+
+def _median(a: np.ndarray) -> float:
+    """`np.median` of a short 1-d array, to the bit, without its generic machinery (a third of a coarse
+    step's trend test went there)."""
+    s = np.sort(a)
+    n = len(s)
+    h = n // 2
+    return float(s[h]) if n % 2 else float((s[h - 1] + s[h]) / 2.0)
 
 
 def floor_trend(
