@@ -15,7 +15,7 @@ from oomwatch.backtest.series import cards_from_series, in_shard, parse_shard, s
 from oomwatch.cli import main
 from oomwatch.errors import UsageError
 from oomwatch.model import GpuSample, Sample
-from oomwatch.sources.prometheus import CHUNK_POINTS, MAX_POINTS_PER_SERIES, chunks, redact_url
+from oomwatch.sources.prometheus import CHUNK_POINTS, MAX_POINTS_PER_SERIES, PrometheusError, chunks, redact_url
 from servers import LocalHttp, QuietHandler
 
 GIB = 1 << 30
@@ -308,3 +308,13 @@ def test_a_fatal_error_stops_the_cards_in_flight(capsys, fake):
     _, err = capsys.readouterr()
     one_line_exit_2(code, err, "too many points")
     assert time.monotonic() - t0 < 2.0  # not 3 cards x 9 reads x 0.3 s
+
+
+def test_a_fatal_error_stays_fatal_across_a_process_boundary():
+    """A worker process hands its PrometheusError back pickled: `fatal` must survive, or a refused query
+    would be reported on one card's line while every other card meets it too."""
+    import pickle
+
+    e = pickle.loads(pickle.dumps(PrometheusError("too many points", fatal=True)))
+    assert isinstance(e, PrometheusError) and e.fatal is True and str(e) == "too many points"
+    assert pickle.loads(pickle.dumps(PrometheusError("one card"))).fatal is False

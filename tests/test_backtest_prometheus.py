@@ -250,3 +250,18 @@ def test_the_other_exporters_give_the_same_verdict(tmp_path, capsys, source):
     card = json.loads(out.splitlines()[0])
     assert card["source"] == source and card["card"]["uuid"] == g.uuid and card["error"] is None
     assert len(card["suspected_ooms"]) == 1 and card["suspected_ooms"][0]["paged_ahead_s"] >= 10
+
+
+def test_worker_processes_give_what_one_process_gives(capsys, prom):
+    """The cards analysed in a pool of worker processes (each with its own connection) give, card for card,
+    the alerts, suspected OOMs and verdicts of the same cards analysed one at a time in this process."""
+    code1, one, t1, err1 = run_json(capsys, prom, "--step", "5", "--workers", "1")
+    code3, pool, t3, err3 = run_json(capsys, prom, "--step", "5", "--workers", "3")
+    assert code1 == code3 == 0, err1 + err3
+    assert set(one) == set(pool) and len(one) >= 8
+    keys = ("alerts", "suspected_ooms", "verdict", "episodes", "samples", "error")
+    for node in one:
+        assert {k: one[node][k] for k in keys} == {k: pool[node][k] for k in keys}, node
+    assert {k: t1[k] for k in ("pages", "leak_warnings", "suspected_ooms_paged")} == {
+        k: t3[k] for k in ("pages", "leak_warnings", "suspected_ooms_paged")
+    }

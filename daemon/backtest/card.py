@@ -10,7 +10,6 @@ sample is the very record a recorded trace would give for the same numbers. Memo
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -80,31 +79,23 @@ class CardResult:
         }
 
 
-class Stopped(Exception):  # noqa: N818 - not an error: the run was stopped by another card's fatal one
-    """Raised inside a card's reads once `stop` is set."""
-
-
 def run_card(
     client: PrometheusClient,
     card: Card,
     start: float,
     end: float,
     step: float,
-    stop: threading.Event | None = None,
 ) -> CardResult:
     """Backtest one card over [start, end]. A card-local failure is returned in `error`; a fatal one
-    (every card would meet it) is raised, and so is `Stopped` once `stop` is set (a fatal error elsewhere:
-    no card keeps reading, each read waiting out its timeout, after the run is over)."""
+    (every card would meet it) is raised."""
     res = CardResult(card, step)
     t_wall = time.perf_counter()
     try:
-        _analyse(client, card, start, end, step, res, stop)
+        _analyse(client, card, start, end, step, res)
     except PrometheusError as e:
         if e.fatal:
             raise
         res.error = str(e)
-    except Stopped:
-        raise
     except Exception as e:  # noqa: BLE001 - one card's odd curve must not end a fleet's backtest: its line says
         res.error = f"analysis failed ({type(e).__name__}: {e}); please report it with this card's series"
     res.seconds = time.perf_counter() - t_wall
@@ -118,9 +109,8 @@ def _analyse(
     end: float,
     step: float,
     res: CardResult,
-    stop: threading.Event | None,
 ) -> None:
-    points = _points(client, card, start, end, step, stop)
+    points = _points(client, card, start, end, step)
     first = next(points, None)
     if first is None:
         res.error = "no samples in the range"
@@ -175,15 +165,11 @@ def sample_record(index: int, t: float, used: int, free: int | None, reserved: i
 Chunk = list[tuple[float, int, int | None, int | None]]
 
 
-def _points(
-    client: PrometheusClient, card: Card, start: float, end: float, step: float, stop: threading.Event | None
-) -> Iterator[Chunk]:
+def _points(client: PrometheusClient, card: Card, start: float, end: float, step: float) -> Iterator[Chunk]:
     """The card's samples chunk by chunk (empty chunks skipped), every role read on the same step grid."""
     roles = [r for r in ("used", "free", "reserved") if r in card.roles]
     scale = card.source.scale_bytes
     for s, e in chunks(start, end, step):
-        if stop is not None and stop.is_set():
-            raise Stopped
         got = {r: _merge(client.query_range(card.query(r), s, e, step)) for r in roles}
         used = got.get("used", {})
         chunk: Chunk = []
@@ -288,4 +274,4 @@ def _restarts(client: PrometheusClient, card: Card, ooms: list[SuspectedOOM]) ->
             o.restarted = after[0][1] > before[0][1]
 
 
-__all__ = ["CardResult", "Stopped", "run_card", "card_gpus", "sample_record", "PAGE_ALERT", "LEAK_ALERT"]
+__all__ = ["CardResult", "run_card", "card_gpus", "sample_record", "PAGE_ALERT", "LEAK_ALERT"]

@@ -8,6 +8,7 @@ import argparse
 from typing import Any, TextIO
 
 from ..errors import UsageError
+from .options import DEFAULT_WORKERS
 
 EPILOG = (
     "Examples:\n  oomwatch backtest --prometheus http://prometheus:9090 --since 30d\n"
@@ -34,7 +35,13 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> argparse.Ar
     b.add_argument("--end", metavar="TIME", help="unix seconds or RFC 3339 (default now)")
     b.add_argument("--step", metavar="DURATION", help="query resolution (default 30s, a common scrape interval)")
     b.add_argument("--shard", metavar="K/N", help="only the cards whose node hashes to K of N (docs/fleet.md)")
-    b.add_argument("--workers", type=_workers, default=4, metavar="N", help="cards read at once (default 4)")
+    b.add_argument(
+        "--workers",
+        type=_workers,
+        default=DEFAULT_WORKERS,
+        metavar="N",
+        help=f"worker processes, one card each at a time (default {DEFAULT_WORKERS}: the usable CPUs, at most 8)",
+    )
     b.add_argument("--timeout", type=_timeout, default=30.0, metavar="SECONDS", help="per request (default 30)")
     b.add_argument("--json", action="store_true", help="JSON Lines: one per card, then a totals line")
     return b

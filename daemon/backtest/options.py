@@ -7,6 +7,7 @@ is one line naming the flag, before any query is sent.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -16,7 +17,11 @@ from ..errors import UsageError
 
 DEFAULT_SINCE = "7d"
 DEFAULT_STEP_S = 30.0  # a common scrape interval; finer steps only repeat the scraped values
-DEFAULT_WORKERS = 4  # HTTP reads in flight: enough to hide latency on 2 cores, not enough to load Prometheus
+#: Worker processes: one per usable CPU, as the analysis (not the HTTP reads) is the cost; at most 8, so a
+#: default run from a large host does not put dozens of concurrent range queries on a shared Prometheus.
+DEFAULT_WORKERS = max(
+    1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+)
 MIN_STEP_S = 0.001  # Prometheus' timestamp resolution
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")

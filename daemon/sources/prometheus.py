@@ -39,6 +39,9 @@ class PrometheusError(OomwatchError):
         super().__init__(message)
         self.fatal = fatal
 
+    def __reduce__(self) -> tuple[type, tuple[str, bool]]:  # `fatal` survives the trip from a worker process
+        return type(self), (str(self), self.fatal)
+
 
 def redact_url(url: str) -> str:
     """`url` as it may be shown: no userinfo, no query, and `oomwatch.redact.redact_url`'s token rules."""
