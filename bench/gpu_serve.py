@@ -40,6 +40,11 @@ once a second with the daemon's own reader (`oomwatch.sources.allocator.Allocato
   8 (an evicted adapter's blocks are reused by the next one). Healthy: a staircase that stops at 8 adapters.
 - i `lora_leak`: h on a pre-filled card, after a warm-up on one adapter, with an adapter cache that has no
   cap: each batch brings a new adapter and none is evicted, until a real CUDA OOM (a steady staircase).
+- j `full`: a as a small card's server at 95% would serve: the card pre-filled to a few GB free, batches
+  of up to 4 requests (8k padded tokens) that fit there; the allocator's cache fills most of what is left
+  and levels off near the top. Healthy: a card at 97-99% that must not page.
+- k `full_leak`: j, and after a warm-up every k-th batch's output is kept (megabytes a second), until a real
+  CUDA OOM minutes later: a slow leak into the last few GB, where the cache it carves from hides its start.
 The server writes its phases (monotonic clock) to a side file; the script merges them into the trace as
 annotations (`phase`, `oom`; header `scenario`, `expect`, `note`), which replay never reads. Then
 `oomwatch replay TRACE --json` runs on each trace (as recorded, and with its alloc lines removed) and
@@ -150,7 +155,23 @@ SCENARIOS = {
         "after a warm-up on one adapter the adapter cache has no cap: each batch brings a new adapter (~0.32 GB) "
         "and none is ever evicted, until a real CUDA OOM",
     },
+    "j": {
+        "name": "full",
+        "expect": {"shape": {"0": ["stable", "spike"]}, "leak": False, "oom": False},
+        "note": "healthy: generate() serving as in serve_generate on a card pre-filled by a 'weights' tensor to a few "
+        "GB free, batches of up to 4 requests (8k padded tokens): the allocator's cache takes most of what is left "
+        "and levels off near the top of the card",
+    },
+    "k": {
+        "name": "full_leak",
+        "expect": {"shape": {"0": ["staircase", "ramp"]}, "leak": True, "oom": True},
+        "note": "serve_full's server, and after a warm-up the app keeps every k-th batch's generate() output in a "
+        "list (megabytes a second), until a real CUDA OOM minutes later: a slow leak into the last few GB",
+    },
 }
+
+#: Scenarios served as another's server does, with other flags (j and k: a and c on a nearly full card).
+SERVES_AS = {"j": "a", "k": "c"}
 
 
 # =================================================================================================
@@ -435,7 +456,7 @@ class Server:
         end = time.monotonic() + seconds
         i = 0
         while time.monotonic() < end:
-            batch = stream.take_static()
+            batch = stream.take_static(self.a.max_n, self.a.budget_tokens)
             want = bool(keep_every) or measure is not None
             out, secs = self.gen_batch(model, batch, outputs=want)
             extra = {}
@@ -518,6 +539,7 @@ class Server:
     def run(self) -> int:
         a = self.a
         torch = self.torch
+        a.serve = SERVES_AS.get(a.serve, a.serve)
         try:
             if a.serve == "b":
                 return self.run_cb()
@@ -1076,6 +1098,9 @@ def main() -> int:
     ap.add_argument("--seconds-h", type=float, default=150)
     ap.add_argument("--warm-i", type=float, default=30, help="i: serving on one adapter before the leak")
     ap.add_argument("--pad-free-gb-i", type=float, default=16)
+    ap.add_argument("--seconds-j", type=float, default=120)
+    ap.add_argument("--pad-free-gb-jk", type=float, default=4, help="j, k: GB left free (a small card at 95%%)")
+    ap.add_argument("--target-k", type=float, default=180, help="k: seconds from leak onset to OOM to aim at")
     # the server's own flags
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--events", help=argparse.SUPPRESS)
@@ -1090,6 +1115,8 @@ def main() -> int:
     ap.add_argument("--period", type=float, default=40, help=argparse.SUPPRESS)
     ap.add_argument("--keep-every", type=int, default=3, help=argparse.SUPPRESS)
     ap.add_argument("--peak-tokens", type=int, default=40960, help=argparse.SUPPRESS)
+    ap.add_argument("--max-n", type=int, default=8, help=argparse.SUPPRESS)
+    ap.add_argument("--budget-tokens", type=int, default=16384, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
         return server_main(a)
@@ -1157,6 +1184,9 @@ def main() -> int:
         ["--seconds", "600", "--warm", str(a.warm_i), "--rate", "3", "--pad-free-gb", str(a.pad_free_gb_i)],
         None,
     )
+    small = ["--pad-free-gb", str(a.pad_free_gb_jk), "--max-n", "4", "--budget-tokens", "8192", "--rate", "3"]
+    plan["j"] = (["--seconds", str(a.seconds_j), *small], a.seconds_j + 90)
+    plan["k"] = (["--seconds", "600", "--warm", "40", "--target", str(a.target_k), *small], None)
     if a.no_cudnn_c:
         SCENARIOS["c"]["note"] += " (cuDNN's SDPA turned off, torch.backends.cuda.enable_cudnn_sdp(False))"
     for key in a.only.split(","):

@@ -75,6 +75,9 @@ EXPECTED_FAILURES: dict[str, str] = {
     "at the top like healthy cache growth to 98.6% (serving_cache_growth)",
     "real:sawtooth_rising": "open: paged 17 s ahead (floor 19 s)",
     "real:slow_leak": "open: a staircase from a process's birth is read as its start for the trace's 62 s",
+    # 575 MB kept every 16 s into 2.4 GiB of headroom (bench/results/serve_full_leak.jsonl, a real OOM 63 s
+    # after the onset): the probe's judge wants no jump above half the rise, so it needs three steps.
+    "real:serve_full_leak": "open: four 575 MB steps of live tensors to a real OOM, paged 23 s ahead (floor 32 s)",
 }
 
 
