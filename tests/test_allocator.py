@@ -215,6 +215,7 @@ def test_book_withdraws_a_curve_leak_that_is_only_cache():
     curve = CurveVerdict("staircase", leak=True, leak_bytes_per_second=1.5e9 / 12, eta_seconds=100.0)
     v, found = book.judge_card("0", UUID, "H200", curve, 140e9, 130e9, float(t[-1]))
     assert not v.leak and v.eta_seconds is None
+    assert v.shape == "stable"  # no leak's shape either: a healthy card's summary must not say staircase
     assert [(f.kind, f.pid, c) for f, c in found] == [("cache_growth", 7, None)]
     assert "expandable_segments:True" in found[0][0].advice
 
@@ -244,6 +245,7 @@ def test_book_judges_a_curve_leak_over_the_curves_own_span(leak_per_s, withdrawn
     v, found = book.judge_card("0", UUID, "H200", curve, 140e9, 139e9, float(t[-1]))
     assert v.leak is not withdrawn
     assert ("cache_growth" in {f.kind for f, _ in found}) is withdrawn
+    assert v.shape == "sawtooth"  # a cycling card stays a sawtooth, withdrawn or not
 
 
 def test_book_warns_on_retries_with_the_evidence():

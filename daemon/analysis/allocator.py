@@ -29,6 +29,7 @@ from ..model import AllocSample
 from ..words import duration, gib
 from ..words import rate as words_rate  # `rate` names a leak's bytes/s here
 from .alerts import Condition
+from .curve import calm_shape
 from .findings import Finding
 
 MiB = float(1 << 20)
@@ -311,8 +312,9 @@ class AllocBook:
         if any_probe and all_flat and cache_pids:
             pid, av = max(cache_pids, key=lambda x: x[1].cache_growth_bytes)
             out.append((_cache_growth(gpu, pid, av, v, now), None))
-            if getattr(v, "leak", False):
-                v = replace(v, leak=False, eta_seconds=None, leak_bytes_per_second=0.0)
+            if getattr(v, "leak", False):  # and its shape is the card's own apart from the climb (no ramp)
+                shape = calm_shape(v.shape == "sawtooth", v.spike_height_bytes)
+                v = replace(v, shape=shape, leak=False, eta_seconds=None, leak_bytes_per_second=0.0)
         return v, out
 
     def describe(self, uuid: str) -> list[str]:

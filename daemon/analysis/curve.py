@@ -101,6 +101,11 @@ def likely_to_go_on(eta: float, left: float, age: float, done: float, cfg: Analy
     return eta <= r * age or left <= r * done
 
 
+def calm_shape(cyclic: bool, tallest: float) -> str:
+    """The shape of a card that is not leaking: cycling, with transients given back, or flat."""
+    return "sawtooth" if cyclic else ("spike" if tallest > 0 else "stable")
+
+
 def _cycle_extremes(
     t: np.ndarray, mn: np.ndarray, mx: np.ndarray, edges: np.ndarray
 ) -> tuple[list[float], list[float], list[float]]:
@@ -340,7 +345,7 @@ class CardJudge:
             if tv is not None:
                 return tv
         tr, levelled = self._trends(now, hist, since, cap, floor, lc)
-        shape = "sawtooth" if cyclic else ("spike" if tallest > 0 else "stable")
+        shape = calm_shape(cyclic, tallest)
         if (
             tr is not None
             and floor >= cfg.no_headroom_fraction * cap
