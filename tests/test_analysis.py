@@ -384,6 +384,17 @@ def test_fine_staircase_from_a_high_base_pages_with_half_its_span_left():
     assert pages and pages[0] <= oom - (oom - onset) / 2, (pages, onset, oom)
 
 
+def test_steps_across_the_top_that_keep_their_pace_page_before_the_oom():
+    """The real cache_then_leak in numbers: a start to 96.6% of the card, 150 s of cached serving, then 0.75
+    GiB steps every 9 s across the top. Past 98% the allocator's own steps would be the records of its load,
+    coming ever more rarely; these keep their pace to the OOM (the tree before never paged it)."""
+    onset = 160.0
+    trans, oom = _vllm_card(0.95, lambda t: 0.0 if t < onset else (1 + (t - onset) // 9) * 0.75 * synth.GiB, 400)
+    assert oom is not None
+    pages = fired(trans, "GPUOOMImminent")
+    assert pages and pages[0] < oom, (pages, oom)
+
+
 def test_a_few_large_cache_steps_to_the_top_do_not_page():
     """The allocator's high-water marks: three steps of 1.25 GiB, 15 s apart, to 99% of the card, then flat."""
     steps = lambda t: 1.25 * synth.GiB * min(3, max(0, int((t - 90) // 15) + 1)) if t >= 90 else 0.0  # noqa: E731

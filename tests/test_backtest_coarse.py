@@ -34,6 +34,12 @@ COARSE_STEPS = (15, 60)
 LEAKS = ("staircase", "ramp", "slow_leak_to_oom", "leak_after_prealloc", "sawtooth_rising", "cache_then_leak")
 HEALTHY = ("vllm_startup", "vllm_realistic_start", "sawtooth", "slow_sawtooth", "empty_cache_serving", "spike")
 BUNDLED = {"staircase", "vllm_startup", "sawtooth", "spike"}
+#: Leaks long enough by their labels (`trend_min_blocks` steps) that a step still misses, each with why.
+#: Strict: a change that makes one agree must remove it (as tests/test_coarse_corpus.py's COARSE_MISSES).
+SHOWN_MISSES = {
+    ("cache_then_leak", 15): "its first 48 s are carved from the warm cache: NVML moves only in the last 81 s "
+    "before the OOM, six steps in 39 s that 15 s readings show as three",
+}
 
 
 def _path(name):
@@ -139,13 +145,17 @@ def test_coarse_verdicts_differ_from_replay_only_where_the_step_cannot_show_the_
 
     got, replay, _ = coarse
     min_steps = AnalysisConfig().trend_min_blocks
+    missed = set()
     for n, want, have in _verdicts(got, replay, step, LEAKS + HEALTHY):
         span = C.leak_span(D.load(_path(n))[2], trace_gpus(_path(n))[0].index)
         for alert, fired in have.items():
             if fired == want[alert]:
                 continue
             assert not fired or span > 0, (n, alert, "raised by the coarse step alone on a healthy recording")
-            assert fired or span == 0 or span < min_steps * step, (n, alert, f"a {span:.0f} s leak unflagged")
+            if not fired and span >= min_steps * step:
+                missed.add(n)
+    listed = {n for n, s in SHOWN_MISSES if s == step}
+    assert missed == listed & {n for n, _ in _traces()}, f"leaks long enough for {step} s steps, unflagged"
     cards = _cards(got, step)
     if step == 15 and "slow_leak_to_oom" in cards:  # 365 s of leak: 24 steps, shown, and paged as replay pages it
         alerts = cards["slow_leak_to_oom"]["alerts"]

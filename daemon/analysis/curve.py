@@ -351,9 +351,11 @@ class CardJudge:
             and floor >= cfg.no_headroom_fraction * cap
             and tr.rising_blocks < cfg.top_ramp_share * (tr.blocks - 1)
             and not self._outpaces(tr, now, cap)
+            and not self._steps_at_own_rate(tr, lc, now)
         ):
             # At the top, discrete steps are the allocator and late compiles filling the last of the card
-            # (it frees its cache before CUDA fails); a leak there shows as a ramp.
+            # (it frees its cache before CUDA fails); a leak there shows as a ramp, or as steps that keep a
+            # pace of their own where the allocator's, the records of its load, come ever more rarely.
             levelled, tr = tr, None
         if tr is not None:
             steps = tr.rising_blocks
@@ -620,6 +622,12 @@ class CardJudge:
         eta, eta_lo = left / tr.slope, left / tr.slope_lo
         return self._urgent(eta, eta_lo) and eta <= cfg.cache_eta_ratio * max(now - tr.since, 0.0)
 
+    def _steps_at_own_rate(self, tr: Trend, lc: Lifecycle, now: float) -> bool:
+        """The high-water mark keeps stepping at a rate of its own (`steady_steps_p` below the trend's
+        alpha): no records of a load's demand, whatever the height."""
+        origin = lc.loaded_at if lc.loaded_at is not None else lc.serving_since
+        return origin is not None and steady_steps_p(lc.hw_times, origin, now, tr.window_s) < self.alpha
+
     def _cache_like(self, tr: Trend, lc: Lifecycle, cap: float, now: float) -> bool:
         """A handful of steps in the window, coming ever more rarely since the load began as the records of its
         demand do (`steady_steps_p`, at the trend's own alpha), each no taller than the tallest transient since
@@ -627,9 +635,8 @@ class CardJudge:
         cfg = self.cfg
         if tr.rising_blocks > cfg.cache_steps_max:
             return False
-        origin = lc.loaded_at if lc.loaded_at is not None else lc.serving_since
-        if origin is not None and steady_steps_p(lc.hw_times, origin, now, tr.window_s) < self.alpha:
-            return False  # the high-water mark keeps stepping at a rate of its own: no record of a load
+        if self._steps_at_own_rate(tr, lc, now):
+            return False  # no record of a load
         if lc.tallest <= 0:
             return True
         big = lc.tallest * (1 + cfg.spike_margin)
