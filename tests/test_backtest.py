@@ -318,3 +318,37 @@ def test_a_fatal_error_stays_fatal_across_a_process_boundary():
     e = pickle.loads(pickle.dumps(PrometheusError("too many points", fatal=True)))
     assert isinstance(e, PrometheusError) and e.fatal is True and str(e) == "too many points"
     assert pickle.loads(pickle.dumps(PrometheusError("one card"))).fatal is False
+
+
+def test_a_worker_that_dies_ends_the_run_with_one_line_not_a_hang(capsys, fake):
+    """A worker process killed mid-card (the kernel's OOM killer, a signal) loses that card's result: the run
+    ends at once with one line, the cards already written kept, instead of waiting for it forever."""
+    import psutil
+
+    def reply(q):
+        time.sleep(0.3)  # every read slow: the workers are busy when one is killed
+        return _matrix([[1790000000.0, "1000"]])
+
+    f = fake(series=DCGM_SERIES, range_reply=reply)
+    me = psutil.Process()
+
+    def kill_a_worker():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the workers are the fork server's children, not ours
+            workers = [p for p in me.children(recursive=True) if p.ppid() != me.pid]
+            if workers:
+                time.sleep(0.5)
+                workers[0].kill()
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_a_worker)
+    killer.start()
+    t0 = time.monotonic()
+    code = main(
+        ["backtest", "--prometheus", f.base, "--start", "1790000000", "--end", "1790864000", "--workers", "2", "--json"]
+    )
+    killer.join()
+    _, err = capsys.readouterr()
+    one_line_exit_2(code, err, "worker process died")
+    assert time.monotonic() - t0 < 10.0  # not a hang

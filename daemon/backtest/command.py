@@ -8,7 +8,7 @@ import argparse
 from typing import Any, TextIO
 
 from ..errors import UsageError
-from .options import DEFAULT_WORKERS
+from .options import DEFAULT_WORKERS, DEFAULT_WORKERS_MAX
 
 EPILOG = (
     "Examples:\n  oomwatch backtest --prometheus http://prometheus:9090 --since 30d\n"
@@ -40,7 +40,8 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> argparse.Ar
         type=_workers,
         default=DEFAULT_WORKERS,
         metavar="N",
-        help=f"worker processes, one card each at a time (default {DEFAULT_WORKERS}: the usable CPUs, at most 8)",
+        help=f"worker processes, one card each at a time (default {DEFAULT_WORKERS}: the usable CPUs, "
+        f"at most {DEFAULT_WORKERS_MAX})",
     )
     b.add_argument("--timeout", type=_timeout, default=30.0, metavar="SECONDS", help="per request (default 30)")
     b.add_argument("--json", action="store_true", help="JSON Lines: one per card, then a totals line")

@@ -16,8 +16,10 @@ import multiprocessing
 import signal
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
-from ..errors import UsageError
+from ..errors import OomwatchError, UsageError
 from ..sources.prometheus import PrometheusClient, PrometheusError
 from .card import CardResult, run_card
 from .options import Options
@@ -38,15 +40,54 @@ def list_cards(client: PrometheusClient, opts: Options) -> list[Card]:
 
 def run_cards(client: PrometheusClient, cards: list[Card], opts: Options) -> Iterator[CardResult]:
     """Each card's result as it finishes (completion order): in this process with `client` for one worker,
-    else in a pool of worker processes, which a fatal error (raised here) or the reader leaving ends at once."""
+    else in a pool of worker processes with at most two cards per worker queued (memory stays bounded). A
+    fatal error (raised here), a worker that died, or the reader leaving ends the pool at once."""
     workers = min(opts.workers, len(cards))
     if workers <= 1:
         for card in cards:
             yield run_card(client, card, opts.start, opts.end, opts.step_s)
         return
-    with _context().Pool(workers, initializer=_start_worker, initargs=(opts.url, opts.timeout_s)) as pool:
-        jobs = [(card, opts.start, opts.end, opts.step_s) for card in cards]
-        yield from pool.imap_unordered(_card_job, jobs)  # leaving the block terminates the workers
+    pool = ProcessPoolExecutor(
+        workers, mp_context=_context(), initializer=_start_worker, initargs=(opts.url, opts.timeout_s)
+    )
+    todo = iter(cards)
+    pending: set[Future[CardResult]] = set()
+
+    def submit() -> None:
+        for card in todo:
+            pending.add(pool.submit(_card_job, (card, opts.start, opts.end, opts.step_s)))
+            if len(pending) >= 2 * workers:
+                return
+
+    try:
+        submit()
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                pending.discard(f)
+                yield f.result()  # a fatal PrometheusError is raised here
+            submit()
+    except BrokenProcessPool:
+        # A worker was killed (the kernel's OOM killer, a signal): its card's result is lost, and the pool
+        # cannot say which. The lines already written stand; the run ends with one line, never a hang.
+        raise OomwatchError(
+            "a backtest worker process died before its card was done (out of memory, or killed); "
+            "the cards above are complete: rerun with --shard or fewer --workers"
+        ) from None
+    finally:
+        _stop(pool)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the pool now: its queued cards dropped, the cards in flight not waited for (a read can wait out
+    its timeout). Python 3.14 has `terminate_workers`; before it, the executor's own process table."""
+    stop = getattr(pool, "terminate_workers", None)
+    if callable(stop):
+        stop()
+        return
+    for p in list(getattr(pool, "_processes", {}).values()):
+        p.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -17,10 +17,16 @@ from ..errors import UsageError
 
 DEFAULT_SINCE = "7d"
 DEFAULT_STEP_S = 30.0  # a common scrape interval; finer steps only repeat the scraped values
-#: Worker processes: one per usable CPU, as the analysis (not the HTTP reads) is the cost; at most 8, so a
-#: default run from a large host does not put dozens of concurrent range queries on a shared Prometheus.
+#: Worker processes by default: one per usable CPU, as the analysis (not the HTTP reads) is the cost, up to
+#: DEFAULT_WORKERS_MAX, so a default run from a large host does not put dozens of concurrent range queries on
+#: a shared Prometheus.
+DEFAULT_WORKERS_MAX = 8
 DEFAULT_WORKERS = max(
-    1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    1,
+    min(
+        DEFAULT_WORKERS_MAX,
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+    ),
 )
 MIN_STEP_S = 0.001  # Prometheus' timestamp resolution
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
