@@ -201,7 +201,7 @@ class Lifecycle:
         elif self.phase == "serving":
             # The caching allocator steps its high-water mark up ever more rarely (the records of its load's
             # demand); a leak keeps stepping at its own pace. When it stepped is what tells them apart.
-            if lo > self.hw_level + cfg.transient_min_bytes:
+            if lo >= self.hw_level + cfg.transient_min_bytes:
                 self.hw_times.append(now)
                 self.hw_level = lo
             elif lo < self.hw_level - step:
