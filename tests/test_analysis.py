@@ -781,3 +781,38 @@ def test_incremental_card_state_matches_its_definition():
     assert held, "no transient was judged"
     assert periods == {True, False}  # a regular cycle and irregular releases were both checked
     assert len(st.lc.release_times) == st.lc.release_times.maxlen  # the release memory rolled over
+
+
+def test_memory_still_being_given_back_is_no_trough():
+    """A pool-less L4 whose load rises to 3.5 GiB and gives back all but 0.25 GiB, then rises taller and falls
+    again over minutes. While it falls, the least memory of the cycle in progress is the newest reading, not a
+    trough: reading it as one made the troughs 'rise 4.7 GiB in two cycles' and paged a card giving memory
+    back (its taller climb is another matter: see the benchmark's request cycles). A trough is a trough once
+    the card has turned up from it."""
+    import math
+
+    from oomwatch.model import GpuInfo, GpuSample, ProcInfo
+
+    total, reserved = 23034 << 20, 512 << 20
+    cap, gib = total - reserved, synth.GiB
+
+    def level(t):
+        x = t - 60
+        if x < 0:
+            return 0.0
+        wave = 0.5 - 0.5 * math.cos(2 * math.pi * (x % 600) / 600)
+        if x < 300:
+            return 3.5 * gib * wave
+        return 0.25 * gib + (3.25 if x < 600 else 4.8) * gib * wave
+
+    a = Analyzer((GpuInfo(0, "NVIDIA L4", "GPU-l4-0", total),))
+    a.add_proc(ProcInfo(900, "python3", ("python3", "-m", "uvicorn", "app:app"), 1, 1.0))
+    troughs = []
+    for k in range(1300 * 2):
+        t = k / 2
+        u = 0 if t < 5 else int(14.5 * gib * min(1.0, (t - 5) / 10) + level(t)) // (64 << 20) * (64 << 20)
+        a.add_sample(Sample(t, (GpuSample(0, u, cap - u, reserved, 0, ((900, u),)),)))
+        v = a.gpus[0].verdict
+        if v is not None and v.leak and v.why.startswith("the troughs"):
+            troughs.append((t, v.why))
+    assert not troughs, troughs[:2]

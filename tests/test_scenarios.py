@@ -188,7 +188,8 @@ def test_corpus_spans_the_required_range():
     assert min(s.duration for s in specs) <= 600 and max(s.duration for s in specs) >= 7 * 86400
     assert min(s.hz for s in specs) <= 0.2 and max(s.hz for s in specs) >= 10
     assert sum(s.gpu_samples for s in specs) <= 8_000_000
-    assert 10 <= len(FAST) <= 32 and sum(SCENARIOS[n].gpu_samples for n in FAST) <= 330_000
+    # the gate (tests/test_detection.py) replays the fast subset in every CI run: about a minute of it
+    assert 10 <= len(FAST) <= 32 and sum(SCENARIOS[n].gpu_samples for n in FAST) <= 340_000
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from oomwatch.analysis.trend import floor_trend, mann_kendall, steady_steps_p, theil_sen
+from oomwatch.analysis.trend import damped_rise, floor_trend, mann_kendall, steady_steps_p, theil_sen
 from oomwatch.config import AnalysisConfig
 
 CFG = AnalysisConfig()
@@ -35,6 +35,41 @@ def test_a_plateau_and_a_decelerating_rise_are_not_leaks():
     for decel in (50e9 + 2e9 * np.log1p(t / 20), 50e9 + 2e9 * np.log1p(t / 60)):  # allocator-like: slowing down
         tr = floor_trend(t, decel, 600, CFG)
         assert tr.significant and not tr.leak and tr.why_not in ("decelerating", "levelled off")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_damped_rise_lets_a_steady_or_quickening_climb_go_on(seed):
+    """A leak keeps its pace (a ramp with noise, or steps in 64 MiB granules): not slowing at the trend's
+    confidence, so its forecast keeps going (inf). A climb that quickens is no slowing either."""
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0, 120, 32)
+    ramp = 40e9 + 20e6 * x + rng.normal(0, 30e6, 32)
+    steps = 40e9 + (20e6 * x + rng.uniform(0, 64 << 20, 32)) // (64 << 20) * (64 << 20)
+    quickening = 40e9 + 1e5 * x**2 * 20
+    for y in (ramp, steps, quickening):
+        assert damped_rise(x, y, CFG.trend_ci_z) == float("inf")
+
+
+def test_damped_rise_stops_a_load_near_its_peak_no_lower_than_it_does():
+    """A raised cosine's rising half, read over the two minutes before now: from 70 s before its peak it is
+    slowing at the trend's confidence, and the geometric series of its damped pace is a cautious forecast: never
+    less than what the load still rises before its peak, and, in its last half minute, less than the window
+    rose. At its fastest (100 s before the peak) it is not slowing yet."""
+    period, swing = 600.0, 5 * 2**30
+
+    def load(t):
+        return swing * (0.5 - 0.5 * np.cos(2 * np.pi * t / period))
+
+    def window(now):
+        return np.linspace(now - 120, now, 32)
+
+    assert damped_rise(window(200.0), load(window(200.0)), CFG.trend_ci_z) == float("inf")
+    for now in (230.0, 250.0, 270.0, 290.0):
+        x = window(now)
+        more = damped_rise(x, load(x), CFG.trend_ci_z)
+        assert load(period / 2) - load(now) <= more < float("inf"), now
+        if now >= 270.0:
+            assert more < load(now) - load(x[0]), now
 
 
 def test_noise_without_trend_is_not_significant():

@@ -490,7 +490,7 @@ def growing_peaks_a10(s):
     s.end(srv)
 
 
-@scenario(["A100", "A100"], 6 * H, 0.5)
+@scenario(["A100", "A100"], 6 * H, 0.5, fast=True)
 def crash_loop_v0_tp2_a100(s):
     """A restart loop on two A100s: vLLM V0 TP=2 leaks 8 GB/hour on every rank from 10 minutes after
     ready, dies of CUDA OOM, is restarted with back-off and fills up again."""

@@ -19,7 +19,10 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   fill the card soon compared with its own span outpaces any cache: a leak (`_outpaces`).
 - The page is a forecast: the card's upper envelope (the reading, or the floor plus the tallest recent
   transient) reaches capacity within the horizon at the recent pace (`_recent_slope`: load slows near its
-  peak, a cache levels off, a leak keeps going), and at the slope's lower bound within twice it; and the
+  peak, a cache levels off, a leak keeps going), and at the slope's lower bound within twice it; a climb
+  that slows at the trend's confidence goes only as far as its damped trend (`trend.damped_rise`, Gardner
+  and McKenzie), and pages only if that reaches the card (not at the top of the card, where the cache hides
+  the last of a leak); and the
   climb is likely to go on that far (`start_eta_ratio`, Gott's delta-t, as in a start: what is left, in
   time or in bytes, within 1.5 times what the climb has done since the floor last stood at its lowest,
   after the card's last release). Where the card has climbed and given back more often than that ratio (two
@@ -52,7 +55,16 @@ import numpy as np
 from ..config import AnalysisConfig
 from .history import History
 from .lifecycle import Lifecycle
-from .trend import Trend, floor_trend, kept_floor, mann_kendall, steady_steps_p, theil_sen
+from .trend import (
+    Trend,
+    block_minima,
+    damped_rise,
+    floor_trend,
+    kept_floor,
+    mann_kendall,
+    steady_steps_p,
+    theil_sen,
+)
 
 SHAPES = ("stable", "staircase", "ramp", "sawtooth", "spike", "idle")
 
@@ -386,6 +398,10 @@ class CardJudge:
             urgent = self._urgent(eta, eta_lo) and not within and not seasonal and likely
             if urgent:
                 urgent = self._outlasts_past_climbs(hist, lc, since, now, now - base_t, ref, recent, cap)
+            if urgent and floor < cfg.no_headroom_fraction * cap:
+                # The forecast with its damping: a climb slowing down may stop short of the card. Not at the top,
+                # where a curve that stops is the allocator serving a leak from its cache (NVML cannot see it).
+                urgent = ref + self._damped_rise(tr, hist, now, period=self._period()) >= cap
             if not urgent and self._follows_load(lc, since, tr.window_s, now):
                 return self._levelled(tr, "plateau", floor, cap, shape, base)
             lshape = "sawtooth" if cyclic else ("ramp" if steps >= cfg.ramp_share * (tr.blocks - 1) else "staircase")
@@ -447,6 +463,12 @@ class CardJudge:
             # least memory between them is no trough of a cycle (seasonality is judged by the trend windows).
             return None
         tt, ty, peaks = _cycle_extremes(t, mn, mx, np.searchsorted(t, [t_start] + rel + [now + 1.0]))
+        if ty:
+            # The least of the cycle in progress is its trough only once the card has turned up from it by more
+            # than its noise: memory still being given back (a load falling for minutes) is no trough yet.
+            k = int(np.searchsorted(t, tt[-1], side="right"))
+            if k >= len(t) or float(mx[k:].max()) - ty[-1] <= cfg.quiet_fraction * cap:
+                tt, ty, peaks = tt[:-1], ty[:-1], peaks[:-1]
         if len(ty) < 3:
             return None
         y = np.asarray(ty)
@@ -577,6 +599,21 @@ class CardJudge:
         if len(tt) < 2 * k:  # as many readings as the window's own blocks: no pace newer than the window's
             return tr.slope
         return max(0.0, theil_sen(tt[-k:] - tt[-k], mn[-k:], self.cfg.trend_ci_z)[0])
+
+    def _damped_rise(self, tr: Trend, hist: History, now: float, period: float) -> float:
+        """How much further the floor rises if it keeps slowing as it has: `damped_rise` on the block minima of
+        the trend's window and of each shorter window tested on enough blocks, as the trend test cut them; the
+        least of them. A climb slows first where it is newest: a long window's halves may both hold its
+        fast part (or its start's jump), while the shorter ones already show the load turning."""
+        cfg = self.cfg
+        most = math.inf
+        for w, t in self.trends.items():
+            if w > tr.window_s or t.blocks < cfg.trend_min_blocks:
+                continue
+            tt, mm, _, _ = hist.pick(w).since(now - w)
+            bt, by = block_minima(tt, mm, cfg.trend_blocks, period)
+            most = min(most, damped_rise(bt, by, cfg.trend_ci_z))
+        return most
 
     def _climb_base(self, t: np.ndarray, mn: np.ndarray, since: float, cap: float) -> tuple[float, float]:
         """Where the present climb began, (time, bytes): the last time the floor stood at its lowest (within

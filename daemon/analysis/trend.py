@@ -19,6 +19,9 @@ with blocks at least one cycle long is judged by its troughs). On those minima:
   `trend_step_share` of it), still present in the last third, and not decelerating (the second half's
   slope at least `trend_decel` of the first half's). Growth that fails these levelled off: cache growth
   or a plateau, never a leak.
+- A climb that still counts as sustained may be slowing: `damped_rise` says how much further it goes if its
+  pace keeps falling as it did (Gardner and McKenzie's damped trend on the window's two halves, at the
+  Theil-Sen interval's cautious ends), so the page's forecast can stop a load short of the card.
 
 Own vectorised versions rather than scipy.stats.kendalltau/theilslopes: on <= 48 points they give the
 same numbers (tests/test_trend.py checks against scipy) at a fraction of the cost (bench/RESULTS.md).
@@ -216,6 +219,29 @@ def floor_trend(
     if r1 > 0 and r2 < cfg.trend_decel * r1:
         return Trend(**base, why_not="decelerating")
     return Trend(**base, sustained=True)
+
+
+def damped_rise(x: np.ndarray, y: np.ndarray, z: float) -> float:
+    """How much further a climb that is slowing down goes: the damped trend of Gardner and McKenzie (1985).
+
+    The window's block minima (x seconds, y bytes) are cut in two halves, each with its Theil-Sen pace and
+    interval at normal score `z`. Where the later half's upper bound is below the earlier half's lower bound,
+    the climb is slowing at that confidence, and its pace is damped by phi = hi2 / lo1 per half window (the
+    cautious ends: the most the later pace can be, the least the earlier one can). A pace damped by phi each
+    half window H adds up to hi2 * H * phi / (1 - phi) more: a geometric series, the longest tail of the
+    damped family (a load near its peak slows faster). inf where the climb is not slowing at that confidence:
+    a leak keeps its pace, and memory that follows load slows as the load nears its peak."""
+    n = len(y)
+    h = n // 2
+    if h < 3:  # fewer than three blocks a half give no interval
+        return math.inf
+    _, lo1, _ = theil_sen(x[:h] - x[0], y[:h], z)
+    _, _, hi2 = theil_sen(x[h:] - x[h], y[h:], z)
+    if lo1 <= 0 or hi2 >= lo1:
+        return math.inf
+    phi = max(0.0, hi2) / lo1
+    half = float(x[-1] - x[0]) / 2.0
+    return max(0.0, hi2) * half * phi / (1.0 - phi)
 
 
 def steady_steps_p(times: Any, origin: float, now: float, window_s: float) -> float:
