@@ -110,7 +110,17 @@ def windows(st: GpuState, t0: float, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def plot(path: str, analyzer: Analyzer, recorder: Recorder, transitions: Iterable[Transition]) -> dict[str, Any]:
+def plot(
+    path: str,
+    analyzer: Analyzer,
+    recorder: Recorder,
+    transitions: Iterable[Transition],
+    card: str | None = None,
+    since: str | None = None,
+) -> dict[str, Any]:
+    """Draw every card of `analyzer` into `path`; returns the marks (also in the PNG's metadata). `card` names
+    the card in the top panel's title instead of its index and model (a backtest's node and GPU); `since` says
+    when time 0 was (a backtest's first sample, in UTC) on the x axes instead of "the trace started"."""
     try:
         import matplotlib
 
@@ -155,7 +165,7 @@ def plot(path: str, analyzer: Analyzer, recorder: Recorder, transitions: Iterabl
         for pi, w in enumerate(panels[idx]):
             ax = axs.pop(0)
             top = pi == 0
-            _panel(ax, analyzer, st, w, t0, now, top, spikes, alerts, eps, severity, m)
+            _panel(ax, analyzer, st, w, t0, now, top, spikes, alerts, eps, severity, m, card, since)
             ring = w.pop("ring")
             _, lo, hi, _ = ring.since(max(now - w["seconds"], t0))
             w["buckets"] = len(hi)
@@ -209,6 +219,8 @@ def _panel(
     eps: list[dict[str, Any]],
     severity: dict[str, str],
     m: dict[str, Any],
+    card: str | None = None,
+    since: str | None = None,
 ) -> None:
     """One window of one card; the top panel (the whole trace) also carries the leak fit and its ETA."""
     secs = float(w["seconds"])
@@ -309,10 +321,11 @@ def _panel(
             transform=band,
         )
         e["panels"].append(len(m["windows"]))
-    name = f"GPU {st.info.index} {st.info.name}: {analyzer.summary_shape(st)}" + (" (leak)" if st.ever_leak else "")
-    ax.set_title(f"{name}, {w['label']}" if top else f"GPU {st.info.index}, {w['label']}", fontsize=11)
+    who = card or f"GPU {st.info.index} {st.info.name}"
+    name = f"{who}: {analyzer.summary_shape(st)}" + (" (leak)" if st.ever_leak else "")
+    ax.set_title(f"{name}, {w['label']}" if top else f"{card or f'GPU {st.info.index}'}, {w['label']}", fontsize=11)
     ax.set_ylabel("GiB")
-    ax.set_xlabel(f"{unit} since the trace started")
+    ax.set_xlabel(f"{unit} since {since or 'the trace started'}")
     ax.set_xlim(x(lo_t), right + (right - x(lo_t)) * 0.01)
     # the top panel keeps 0 at the bottom (how full the card is); shorter windows zoom to their floor, so
     # a growth of a few hundred MiB on an 80 GiB card still shows as a slope

@@ -265,3 +265,56 @@ def test_worker_processes_give_what_one_process_gives(capsys, prom):
     assert {k: t1[k] for k in ("pages", "leak_warnings", "suspected_ooms_paged")} == {
         k: t3[k] for k in ("pages", "leak_warnings", "suspected_ooms_paged")
     }
+
+
+def test_plot_draws_each_card_it_paged_on_and_no_other(capsys, prom, tmp_path):
+    """`--plot DIR` (made if missing): one chart per card that paged, drawn by replay's chart code in the
+    worker that analysed it, marking the very alerts the card's line reports (at times since its first
+    sample); a card that never paged gets none, and the line names the chart. The text report says where."""
+    from PIL import Image
+
+    charts = tmp_path / "charts" / "fleet"
+    sel = 'Hostname=~"node-leak|node-ok|node-saw-0"'
+    code, cards, totals, err = run_json(capsys, prom, "--step", "2", "--selector", sel, "--plot", str(charts))
+    assert code == 0, err
+    assert set(cards) == {"node-leak", "node-ok", "node-saw-0"}
+    paged = {n for n, c in cards.items() if _fired(c, "GPUOOMImminent")}
+    assert paged == {"node-leak"}, paged  # the staircase to its OOM pages; a start and a sawtooth do not
+    drawn = sorted(p.name for p in charts.iterdir())
+    assert drawn == [os.path.basename(cards["node-leak"]["chart"])], drawn
+    assert all(cards[n]["chart"] is None and cards[n]["chart_error"] is None for n in ("node-ok", "node-saw-0"))
+    c = cards["node-leak"]
+    with Image.open(c["chart"]) as im:
+        marks = json.loads(im.text["oomwatch"])
+    (g,) = marks["gpus"].values()
+    fired = sorted((a["alert"], round(a["t"] - c["start"], 1)) for a in c["alerts"] if a["state"] == "firing")
+    assert sorted((a["alert"], round(a["t"], 1)) for a in g["alerts"]) == fired
+    main(
+        [
+            "backtest",
+            "--prometheus",
+            prom.url,
+            "--start",
+            f"{BASE}",
+            "--end",
+            f"{BASE + SLOT_S * len(prom.slots)}",
+            "--step",
+            "2",
+            "--selector",
+            'Hostname="node-leak"',
+            "--plot",
+            str(charts),
+            "--workers",
+            "1",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert f"chart: {c['chart']}" in out
+
+
+def test_plot_into_a_folder_that_cannot_be_made_is_one_line(capsys, prom, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code = main(["backtest", "--prometheus", prom.url, "--since", "1h", "--plot", str(blocker / "charts")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--plot: cannot make the folder" in err and "Traceback" not in err

@@ -10,15 +10,18 @@ sample is the very record a recorded trace would give for the same numbers. Memo
 from __future__ import annotations
 
 import math
+import os
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.alerts import Transition
 from ..analysis.analyzer import Analyzer
+from ..errors import one_line
 from ..feed import feed
-from ..model import GpuInfo
+from ..model import GpuInfo, Sample
 from ..sources.prometheus import PrometheusClient, PrometheusError, Series, chunks
 from ..trace import header_line, parse_header, parse_line
 from .ooms import OomDetector, SuspectedOOM, match_pages
@@ -47,6 +50,8 @@ class CardResult:
     episodes: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    chart: str | None = None  # the chart drawn of it (`--plot DIR`, cards that paged), or why none could be
+    chart_error: str | None = None
 
     @property
     def days(self) -> float:
@@ -76,6 +81,8 @@ class CardResult:
             "verdict": self.verdict,
             "episodes": self.episodes,
             "error": self.error,
+            "chart": self.chart,
+            "chart_error": self.chart_error,
         }
 
 
@@ -85,13 +92,14 @@ def run_card(
     start: float,
     end: float,
     step: float,
+    plot_dir: str | None = None,
 ) -> CardResult:
     """Backtest one card over [start, end]. A card-local failure is returned in `error`; a fatal one
-    (every card would meet it) is raised."""
+    (every card would meet it) is raised. With `plot_dir`, a card that paged is drawn there (`chart`)."""
     res = CardResult(card, step)
     t_wall = time.perf_counter()
     try:
-        _analyse(client, card, start, end, step, res)
+        _analyse(client, card, start, end, step, res, plot_dir)
     except PrometheusError as e:
         if e.fatal:
             raise
@@ -109,6 +117,7 @@ def _analyse(
     end: float,
     step: float,
     res: CardResult,
+    plot_dir: str | None = None,
 ) -> None:
     points = _points(client, card, start, end, step)
     first = next(points, None)
@@ -133,7 +142,18 @@ def _analyse(
                 last[0] = t
                 yield sample_record(index, t - t0, used, free, reserved)
 
-    res.samples = feed(analyzer, records(), trans.append, ooms.add)
+    on_sample: Callable[[Sample], None] = ooms.add
+    recorder = None
+    if plot_dir is not None:
+        from oomwatch.exporters.plot import Recorder
+
+        recorder = Recorder(bucket_s=step)  # one point a step: a chart's spikes are then "up and back in a step"
+
+        def on_sample(s: Sample) -> None:
+            ooms.add(s)
+            recorder.add(s)
+
+    res.samples = feed(analyzer, records(), trans.append, on_sample)
     summary = analyzer.summary()
     res.start, res.end = round(t0, 3), round(last[0], 3)
     res.alerts = [_alert(tr, t0) for tr in trans]
@@ -145,6 +165,33 @@ def _analyse(
     _restarts(client, card, res.ooms)
     res.verdict = str(summary["gpus"].get(str(index), {}).get("verdict", ""))
     res.episodes = [_shift(ep, t0) for ep in summary["episodes"]]
+    if plot_dir is not None and recorder is not None and res.count(PAGE_ALERT):
+        _chart(plot_dir, card, analyzer, recorder, trans, t0, res)
+
+
+def chart_name(card: Card) -> str:
+    """The chart's file name: node and GPU, in characters any file system takes (labels may hold '/', ':')."""
+    raw = f"{card.node or 'unknown'}-gpu{card.gpu}-{card.uuid[-8:] if card.uuid else ''}".rstrip("-")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", raw)[:120] + ".png"
+
+
+def _chart(
+    plot_dir: str, card: Card, analyzer: Analyzer, recorder: Any, trans: list[Transition], t0: float, res: CardResult
+) -> None:
+    """Draw the card as `replay --plot` draws a trace; a chart that cannot be written is said on the card's
+    line (the backtest's numbers stand without it)."""
+    from datetime import datetime, timezone
+
+    from oomwatch.exporters.plot import PlotUnavailable, plot
+
+    path = os.path.join(plot_dir, chart_name(card))
+    since = datetime.fromtimestamp(t0, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        plot(path, analyzer, recorder, trans, card=f"{card.node or '?'} gpu {card.gpu}", since=since)
+    except (OSError, ValueError, PlotUnavailable) as e:
+        res.chart_error = one_line(f"{type(e).__name__}: {e}")
+        return
+    res.chart = path
 
 
 def card_gpus(card: Card, total_bytes: int, step_s: float) -> tuple[GpuInfo, ...]:

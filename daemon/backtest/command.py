@@ -13,6 +13,7 @@ from .options import DEFAULT_WORKERS, DEFAULT_WORKERS_MAX
 EPILOG = (
     "Examples:\n  oomwatch backtest --prometheus http://prometheus:9090 --since 30d\n"
     "  oomwatch backtest --prometheus http://prometheus:9090 --selector 'Hostname=~\"gpu-.*\"' --shard 0/4 --json\n"
+    "  oomwatch backtest --prometheus http://prometheus:9090 --since 30d --plot charts/\n"
     "See docs/fleet.md."
 )
 MAX_WORKERS = 64
@@ -45,6 +46,12 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> argparse.Ar
     )
     b.add_argument("--timeout", type=_timeout, default=30.0, metavar="SECONDS", help="per request (default 30)")
     b.add_argument("--json", action="store_true", help="JSON Lines: one per card, then a totals line")
+    b.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="draw a chart of each card it paged on into DIR (created if missing), one PNG per card, "
+        "as `replay --plot` draws a trace (needs matplotlib)",
+    )
     return b
 
 
@@ -70,6 +77,7 @@ def _timeout(v: str) -> float:
 
 def options(args: argparse.Namespace) -> Any:
     """The `Options` of a parsed command line (UsageError, one line, for a bad value)."""
+    from ..commands.plot import plot_folder
     from ..sources.prometheus import PrometheusError, check_url
     from .options import Options, parse_step, time_range
     from .series import parse_shard
@@ -83,7 +91,8 @@ def options(args: argparse.Namespace) -> Any:
         shard = parse_shard(args.shard) if args.shard else None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return Options(url, start, end, parse_step(args.step), args.selector, shard, args.workers, args.timeout)
+    plot_dir = plot_folder(args.plot) if args.plot is not None else None
+    return Options(url, start, end, parse_step(args.step), args.selector, shard, args.workers, args.timeout, plot_dir)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

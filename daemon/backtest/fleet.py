@@ -45,7 +45,7 @@ def run_cards(client: PrometheusClient, cards: list[Card], opts: Options) -> Ite
     workers = min(opts.workers, len(cards))
     if workers <= 1:
         for card in cards:
-            yield run_card(client, card, opts.start, opts.end, opts.step_s)
+            yield run_card(client, card, opts.start, opts.end, opts.step_s, opts.plot_dir)
         return
     pool = ProcessPoolExecutor(
         workers, mp_context=_context(), initializer=_start_worker, initargs=(opts.url, opts.timeout_s)
@@ -55,7 +55,7 @@ def run_cards(client: PrometheusClient, cards: list[Card], opts: Options) -> Ite
 
     def submit() -> None:
         for card in todo:
-            pending.add(pool.submit(_card_job, (card, opts.start, opts.end, opts.step_s)))
+            pending.add(pool.submit(_card_job, (card, opts.start, opts.end, opts.step_s, opts.plot_dir)))
             if len(pending) >= 2 * workers:
                 return
 
@@ -111,7 +111,7 @@ def _start_worker(url: str, timeout_s: float) -> None:
     _client = PrometheusClient(url, timeout_s)
 
 
-def _card_job(job: tuple[Card, float, float, float]) -> CardResult:
+def _card_job(job: tuple[Card, float, float, float, str | None]) -> CardResult:
     assert _client is not None, "a backtest worker ran before its start"
     return run_card(_client, *job)
 

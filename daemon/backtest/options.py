@@ -43,6 +43,7 @@ class Options:
     shard: tuple[int, int] | None = None
     workers: int = DEFAULT_WORKERS
     timeout_s: float = 30.0
+    plot_dir: str | None = None  # a chart of each card that paged goes here (`--plot DIR`)
 
 
 def parse_duration(text: str, flag: str) -> float:

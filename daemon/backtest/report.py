@@ -101,6 +101,10 @@ def text_card(r: CardResult, out: TextIO) -> None:
         crash = {True: "; the container restarted", False: "; no container restart", None: ""}[o.restarted]
         out.write(f"  {_when(o.t)}  suspected OOM: {o.peak_used_ratio:.1%} used, then emptied; {paged}{crash}\n")
     out.write(f"  now: {r.verdict}\n")
+    if r.chart is not None:
+        out.write(f"  chart: {r.chart}\n")
+    elif r.chart_error is not None:
+        out.write(f"  chart not written: {r.chart_error}\n")
     out.flush()
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from ..analysis.analyzer import Analyzer
 
-__all__ = ["PlotTap", "draw", "plot_recorder"]
+__all__ = ["PlotTap", "draw", "plot_folder", "plot_recorder"]
 
 
 def plot_recorder(args: argparse.Namespace) -> Recorder | None:
@@ -40,6 +40,25 @@ def plot_recorder(args: argparse.Namespace) -> Recorder | None:
             f"cannot draw {show(args.plot)}: not an image type matplotlib writes ({', '.join(sorted(kinds))})"
         )
     return Recorder()
+
+
+def plot_folder(path: str) -> str:
+    """Check a folder of charts up front (matplotlib present; the folder made if missing, and writable), so a
+    long backtest does not fail at its first page. Returns it as an absolute path (workers may run elsewhere)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'oomwatch[plot]'") from None
+    d = os.path.abspath(path) if path else ""
+    try:
+        if not d:
+            raise OSError("no folder named")
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--plot: cannot make the folder {show(path)}: {one_line(str(e))}") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise UsageError(f"--plot: cannot write into the folder {show(path)}")
+    return d
 
 
 def draw(args: argparse.Namespace, a: Analyzer, rec_plot: Recorder | None) -> None:
