@@ -420,6 +420,25 @@ def test_a_starts_cache_steps_past_its_declared_budget_page_only_once_likely_to_
     assert pages and pages[0] < oom, (pages, oom)
 
 
+def test_a_start_pages_on_its_climb_past_the_line_only_where_that_climb_is_a_leak_itself():
+    """vLLM at 0.9 on an H200: the allocator's cache steps six times right after the graphs, at gaps that grow
+    (4-15 s), before the start has held steady: three steps stay under the line where the budget says the start
+    stops, and the climb past it is one or two steps. The whole start's climb is a sustained rise, but the climb
+    that can page is the one past the line, judged on its own trend as a serving card's climb is: two steps are
+    no leak (the tree before paged at 47 s). A staircase that keeps stepping past the line to the OOM still
+    pages before it."""
+    step = 1.45 * synth.GiB
+    for cache in ([8.0, 12.0, 17.0, 23.0, 30.0, 45.0], [7.0, 10.0, 14.0, 19.0, 26.0, 36.0]):
+        trans, oom = _vllm_card(0.9, _steps_at(cache, step), 300, hz=10.0)
+        assert oom is None
+        assert not fired(trans, "GPUOOMImminent") and not fired(trans, "GPUMemoryLeak"), cache
+    for gap in (5.0, 8.0):
+        trans, oom = _vllm_card(0.9, _steps_at([7.0 + gap * k for k in range(40)], step), 300, hz=10.0)
+        assert oom is not None
+        pages = fired(trans, "GPUOOMImminent")
+        assert pages and pages[0] < oom, (gap, pages, oom)
+
+
 def test_a_few_mib_of_noise_changes_no_verdict():
     """The allocator's cache stepping five times (1.45 GiB, BEHAVIOURS section 2) to 97% of an H200, read once
     exactly and once with 4 MiB of noise on every reading (another context's small allocations, an exporter's

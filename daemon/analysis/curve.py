@@ -34,8 +34,9 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   known engine's command line), or a few percent above the level after its dominant jump (the KV pool, then
   graphs). Past that line the forecast decides, and the climb must also be likely to go on
   (`likely_to_go_on`, Gott's delta-t: a climb that lasted T goes on for 1.5 T more with odds of 40%). Where a
-  budget is declared the climb judged is the one past its line, in time or in bytes, as a serving card's is
-  (the cache's first steps can come right after the graphs, before the start holds steady); where the line
+  budget is declared the climb judged is the one past its line, in time or in bytes, as a serving card's is,
+  and it must be a sustained rise on its own trend (the cache's first steps can come right after the graphs,
+  before the start holds steady: one or two past the line ride on the start's climb); where the line
   is only the pool's jump plus graphs, the whole climb since the pool. An
   engine that is configured and not answering yet is still loading: no urgency before its budget line.
 - Spike risk: the tallest transient given back in the last `spike_window_s` against the free memory above
@@ -154,6 +155,7 @@ class CardJudge:
         "moved_t",
         "start_due",
         "start_v",
+        "start_past",
         "full_t",
         "alpha",
         "period_of",
@@ -171,6 +173,7 @@ class CardJudge:
         self.moved_t = -math.inf  # the last evaluation whose range of used bytes was not quiet
         self.start_due = -math.inf  # the start's trend is re-tested this often (its span / trend_cadence)
         self.start_v: Trend | None = None  # the start's last trend test
+        self.start_past: Trend | None = None  # ... and of its climb past a declared budget's line
         self.full_t = -math.inf  # the last full judgement
         self.period_of: tuple[tuple[int, float, float], float] = ((0, 0.0, 0.0), 0.0)  # (releases' key, period)
 
@@ -178,7 +181,7 @@ class CardJudge:
         self.trends.clear()
         self.due.clear()
         self.transients.clear()
-        self.start_due, self.start_v = -math.inf, None
+        self.start_due, self.start_v, self.start_past = -math.inf, None, None
 
     # ---- pieces --------------------------------------------------------------------------------
     def _transients(
@@ -725,9 +728,22 @@ class CardJudge:
         if now >= self.start_due or self.start_v is None:  # re-tested ~60 times over the start's span
             self.start_due = now + max(cfg.trend_retest_min_s, (now - t0) / cfg.trend_cadence)
             self.start_v = floor_trend(t[i:], mn[i:], now - t0, self.cfg, noise_most=cfg.quiet_fraction * cap)
+            self.start_past = None  # tested below, at the same cadence, once the start's climb is a leak
         tr = self.start_v
         if not tr.leak:
             return CurveVerdict("stable", **base)
+        k = i
+        if lc.budget is not None:
+            # Past a declared budget, the climb there must be a leak on its own trend, as a serving card's climb
+            # must: the allocator's first high-water steps (one or two past the line, before the start has held
+            # steady) ride on the start's own climb, which the line already explains.
+            k += int(np.argmax(mn[i:] > line))  # where the floor first stood past the line
+            if self.start_past is None:
+                self.start_past = floor_trend(
+                    t[k:], mn[k:], now - float(t[k]), self.cfg, noise_most=cfg.quiet_fraction * cap
+                )
+            if not self.start_past.leak:
+                return CurveVerdict("stable", **base)
         # A newest reading that jumped as a KV pool does (the lifecycle's dominant jump: one allocation much
         # larger than any of this start before it) is judged at the next evaluation, when the lifecycle has
         # seen it and drawn the start's line above it: until then, what the card held through the last one.
@@ -741,7 +757,7 @@ class CardJudge:
         if lc.budget is not None:
             # A declared budget says where this start stops: the climb that could page is the one past it (a
             # cache's first steps right after the graphs), from when the floor crossed it.
-            age, done = min(lasted, now - float(t[i + int(np.argmax(mn[i:] > line))])), ref - line
+            age, done = min(lasted, now - float(t[k])), ref - line
         else:  # the line is only an estimate (the pool's jump plus graphs): the whole climb since the pool, in
             age, done = lasted, 0.0  # time (the bytes above an estimated line say nothing of what it did)
         if not self._urgent(eta, eta_lo) or not likely_to_go_on(eta, cap - ref, age, done, cfg):
