@@ -736,14 +736,15 @@ class CardJudge:
         if lc.budget is not None:
             # Past a declared budget, the climb there must be a leak on its own trend, as a serving card's climb
             # must: the allocator's first high-water steps (one or two past the line, before the start has held
-            # steady) ride on the start's own climb, which the line already explains.
+            # steady) ride on the start's own climb, which the line already explains. Where it has too few
+            # readings to be tested (a scrape a minute), the start's own trend speaks, as it did before.
             k += int(np.argmax(mn[i:] > line))  # where the floor first stood past the line
             if self.start_past is None:
                 self.start_past = floor_trend(
                     t[k:], mn[k:], now - float(t[k]), self.cfg, noise_most=cfg.quiet_fraction * cap
                 )
-            if not self.start_past.leak:
-                return CurveVerdict("stable", **base)
+            if self.start_past.blocks >= cfg.trend_min_blocks and not self.start_past.leak:
+                return CurveVerdict("stable", **base)  # (too few readings past it to test: the start's trend)
         # A newest reading that jumped as a KV pool does (the lifecycle's dominant jump: one allocation much
         # larger than any of this start before it) is judged at the next evaluation, when the lifecycle has
         # seen it and drawn the start's line above it: until then, what the card held through the last one.
