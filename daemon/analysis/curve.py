@@ -744,7 +744,7 @@ class CardJudge:
                     t[k:], mn[k:], now - float(t[k]), self.cfg, noise_most=cfg.quiet_fraction * cap
                 )
             if self.start_past.blocks >= cfg.trend_min_blocks and not self.start_past.leak:
-                return CurveVerdict("stable", **base)  # (too few readings past it to test: the start's trend)
+                return CurveVerdict("stable", **base)
         # A newest reading that jumped as a KV pool does (the lifecycle's dominant jump: one allocation much
         # larger than any of this start before it) is judged at the next evaluation, when the lifecycle has
         # seen it and drawn the start's line above it: until then, what the card held through the last one.

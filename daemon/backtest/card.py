@@ -50,8 +50,8 @@ class CardResult:
     episodes: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
-    chart: str | None = None  # the chart drawn of it (`--plot DIR`, cards that paged), or why none could be
-    chart_error: str | None = None
+    chart: str | None = None  # the chart drawn of it (`--plot DIR`, cards that paged) ...
+    chart_error: str | None = None  # ... or why it could not be written
 
     @property
     def days(self) -> float:

@@ -24,10 +24,7 @@ def plot_recorder(args: argparse.Namespace) -> Recorder | None:
         return None
     from oomwatch.exporters.plot import Recorder
 
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'oomwatch[plot]'") from None
+    _need_matplotlib()
     d = os.path.dirname(os.path.abspath(args.plot)) if args.plot else ""
     if not args.plot or os.path.isdir(args.plot) or not os.path.isdir(d) or not os.access(d, os.W_OK):
         raise UsageError(f"cannot write {show(args.plot)}: not a file name in a writable folder")
@@ -45,10 +42,7 @@ def plot_recorder(args: argparse.Namespace) -> Recorder | None:
 def plot_folder(path: str) -> str:
     """Check a folder of charts up front (matplotlib present; the folder made if missing, and writable), so a
     long backtest does not fail at its first page. Returns it as an absolute path (workers may run elsewhere)."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'oomwatch[plot]'") from None
+    _need_matplotlib()
     d = os.path.abspath(path) if path else ""
     try:
         if not d:
@@ -59,6 +53,13 @@ def plot_folder(path: str) -> str:
     if not os.access(d, os.W_OK | os.X_OK):
         raise UsageError(f"--plot: cannot write into the folder {show(path)}")
     return d
+
+
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'oomwatch[plot]'") from None
 
 
 def draw(args: argparse.Namespace, a: Analyzer, rec_plot: Recorder | None) -> None:
