@@ -109,6 +109,7 @@ def _quoted():
         ("GPUOOMImminent", f"within the horizon ({_minutes(a.oom_horizon_s)} by default)"),
         ("GPUOOMImminent", f"a trace of the last {_minutes(a.window_s)}"),  # the flight recorder's span
         ("GPUOOMImminent", f"http://<host>:{port}/"),
+        ("GPUOOMImminent", f"are still {_pct(1 / (1 + a.start_eta_ratio))}"),  # Gott's odds at the ratio
         ("GPUMemorySpikeRisk", f"one {_pct(a.spike_margin)} taller"),
         ("GPUMemorySpikeRisk", f"in the last {_minutes(a.spike_window_s)}"),
         ("GPUMemorySpikeRisk", f"samples at {1 / d.interval:g} Hz"),

@@ -517,18 +517,19 @@ def test_a_load_cycle_seen_once_does_not_page_on_its_next_rise():
     assert not [p for p in pages if p > 3600], pages  # after the first cycle came back down
 
 
-def _cycles(peaks, leak_from=None):
+def _cycles(peaks, leak_from=None, flat_s=0.0):
     """A pool-less server (uvicorn) on an H200 whose load climbs for 280 s from 60% of the card to each of
-    `peaks` in turn, then gives it back over 220 s, every 600 s; from `leak_from` (a cycle's index) the climb
-    does not stop at its peak. Returns (transitions, the OOM's time or None)."""
+    `peaks` in turn, then gives it back over 220 s, every 600 s, after `flat_s` seconds at 60%; from
+    `leak_from` (a cycle's index) the climb does not stop at its peak. Returns (transitions, the OOM's time
+    or None)."""
     from oomwatch.model import GpuSample, ProcInfo
 
     a = Analyzer(synth.info(1))
     a.add_proc(ProcInfo(901, "python3", ("python3", "-m", "uvicorn", "app:app"), 1, 1.0))
     trans, oom = [], None
-    for k in range(int(600 * len(peaks) / 2)):
+    for k in range(int((600 * len(peaks) + flat_s) / 2)):
         t = k * 2.0
-        c, x = int(t // 600), t % 600
+        c, x = (int((t - flat_s) // 600), (t - flat_s) % 600) if t >= flat_s else (0, 0.0)
         rate = (peaks[c] - 0.60) / 280
         if x < 280 or (leak_from is not None and c >= leak_from):
             level = 0.60 + rate * x
@@ -555,6 +556,22 @@ def test_a_climb_younger_than_the_cards_past_climbs_does_not_page_above_their_pe
     assert oom is not None
     pages = fired(trans, "GPUOOMImminent")
     assert [p for p in pages if 1200 < p < oom], (pages, oom)
+
+
+def test_a_climb_past_the_one_peak_the_card_gave_back_pages_only_where_it_would_outlast_it_and_fill():
+    """The card has climbed once, for 280 s, and given it back; the second climb outgrows that peak at a pace
+    that fills the card 400 s after it began. Once past the peak, Gott's rule alone would page (an ETA within
+    1.5 times the climb's age). But to fill the card this climb must outlast the one before (odds of one in
+    two) and then go on from 280 s to 400 s (Gott's odds from there, 280 / 400): 35%, below the 40% a page
+    stands for. The same climb that does not stop (a leak) pages once it has outlasted the first, before
+    its OOM."""
+    trans, oom = _cycles([0.78, 0.88, 0.80, 0.78], flat_s=120)
+    assert oom is None
+    assert not fired(trans, "GPUOOMImminent")
+    trans, oom = _cycles([0.78, 0.88], leak_from=1, flat_s=120)
+    assert oom is not None
+    pages = fired(trans, "GPUOOMImminent")
+    assert [p for p in pages if 120 + 600 + 280 <= p < oom], (pages, oom)
 
 
 def _steps_at(times, size):

@@ -25,9 +25,10 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   the last of a leak); and the
   climb is likely to go on that far (`start_eta_ratio`, Gott's delta-t, as in a start: what is left, in
   time or in bytes, within 1.5 times what the climb has done since the floor last stood at its lowest,
-  after the card's last release). Where the card has climbed and given back more often than that ratio (two
-  climbs for 1.5), the climbs are exchangeable: a climb younger than the longest of them pages only if its
-  pace fills the card before that age (`_outlasts_past_climbs`). A level the card already reached while
+  after the card's last release). Where the card has climbed and given back before, the climbs are
+  exchangeable: a climb younger than the longest of them pages if its pace fills the card before that age,
+  or if the odds that it outlasts them all, and then goes on to its ETA, are still the rule's
+  (`_outlasts_past_climbs`). A level the card already reached while
   serving and then gave back is a cycle coming round (`seasonal`): no page below it. A server without a
   declared pool follows its load: short of such a forecast, only growth that outlasts a day is a leak.
 - Starting: growth is never a leak. A start stops where starts stop: at the server's declared budget (a
@@ -552,14 +553,21 @@ class CardJudge:
 
         Gott's rule (`start_eta_ratio`) knows only the climb's own age, and pages at odds of 1 / (1 + ratio) =
         40% that it goes on. Where the card has climbed and given back n times, the climbs are exchangeable:
-        the odds that this one outlasts them all are 1 / (n + 1), below those odds once n > ratio (two climbs
-        for 1.5). Then a climb younger than the longest is expected to end by that age, and is likely to fill
-        the card only if it does so at its present pace before then. One that outlasts them is judged by
-        Gott's rule alone again: a leak under a cycle is paged once its climb is longer than the cycle's."""
+        the odds that this one outlasts them all, the longest lasting T, are 1 / (n + 1). A climb younger than
+        T that fills the card at its present pace before T is likely to (the odds of reaching the full card
+        are at least those of outlasting the shorter climbs). One that needs longer must outlast them all, and
+        then go on from T to its ETA, at Gott's odds from there, T / (age + ETA): likely only where the product
+        is within the rule's odds. That is never so from two climbs on (1/3 < 40%); after one, only where the
+        ETA ends within a quarter of T past it. One that outlasts them all is judged by Gott's rule alone
+        again: a leak under a cycle is paged once its climb is longer than the cycle's."""
         durations = self._given_back_climbs(hist, lc, since, now, cap)
-        if len(durations) <= self.cfg.start_eta_ratio or age >= max(durations):
+        if not durations or age >= max(durations) or rate <= 0:
             return True
-        return ref + rate * (max(durations) - age) >= cap
+        longest = max(durations)
+        if ref + rate * (longest - age) >= cap:
+            return True
+        eta = (cap - ref) / rate
+        return longest / (age + eta) / (len(durations) + 1) >= 1.0 / (1.0 + self.cfg.start_eta_ratio)
 
     def _given_back_climbs(self, hist: History, lc: Lifecycle, since: float, now: float, cap: float) -> list[float]:
         """How long each climb lasted that the card made while serving and then gave back: from where the floor
