@@ -554,18 +554,20 @@ class CardJudge:
         Gott's rule (`start_eta_ratio`) knows only the climb's own age, and pages at odds of 1 / (1 + ratio) =
         40% that it goes on. Where the card has climbed and given back n times, the climbs are exchangeable:
         the odds that this one outlasts them all, the longest lasting T, are 1 / (n + 1). A climb younger than
-        T that fills the card at its present pace before T is likely to (the odds of reaching the full card
-        are at least those of outlasting the shorter climbs). One that needs longer must outlast them all, and
+        T that fills the card at its present pace before T is likely to (a climb of this card has lasted that
+        long). One that needs longer must outlast them all, and
         then go on from T to its ETA, at Gott's odds from there, T / (age + ETA): likely only where the product
         is within the rule's odds. That is never so from two climbs on (1/3 < 40%); after one, only where the
         ETA ends within a quarter of T past it. One that outlasts them all is judged by Gott's rule alone
         again: a leak under a cycle is paged once its climb is longer than the cycle's."""
         durations = self._given_back_climbs(hist, lc, since, now, cap)
-        if not durations or age >= max(durations) or rate <= 0:
+        if not durations or age >= max(durations):
             return True
         longest = max(durations)
         if ref + rate * (longest - age) >= cap:
             return True
+        if rate <= 0:  # a climb that has stopped fills nothing
+            return False
         eta = (cap - ref) / rate
         return longest / (age + eta) / (len(durations) + 1) >= 1.0 / (1.0 + self.cfg.start_eta_ratio)
 
