@@ -28,8 +28,8 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   after the card's last release). Where the card has climbed and given back before, the climbs are
   exchangeable: a climb younger than the longest of them pages if its pace fills the card before that age,
   or if the odds that it outlasts them all, and then goes on to its ETA, are still the rule's
-  (`_outlasts_past_climbs`). A level the card already reached while
-  serving and then gave back is a cycle coming round (`seasonal`): no page below it. A server without a
+  (`_outlasts_past_climbs`). A level the card already reached while serving and then gave back is a cycle
+  coming round (`seasonal`): no page below it. A server without a
   declared pool follows its load: short of such a forecast, only growth that outlasts a day is a leak.
 - Starting: growth is never a leak. A start stops where starts stop: at the server's declared budget (a
   known engine's command line), or a few percent above the level after its dominant jump (the KV pool, then
@@ -555,11 +555,11 @@ class CardJudge:
         40% that it goes on. Where the card has climbed and given back n times, the climbs are exchangeable:
         the odds that this one outlasts them all, the longest lasting T, are 1 / (n + 1). A climb younger than
         T that fills the card at its present pace before T is likely to (a climb of this card has lasted that
-        long). One that needs longer must outlast them all, and
-        then go on from T to its ETA, at Gott's odds from there, T / (age + ETA): likely only where the product
-        is within the rule's odds. That is never so from two climbs on (1/3 < 40%); after one, only where the
-        ETA ends within a quarter of T past it. One that outlasts them all is judged by Gott's rule alone
-        again: a leak under a cycle is paged once its climb is longer than the cycle's."""
+        long). One that needs longer must outlast them all, and then go on from T to its ETA, at Gott's odds
+        from there, T / (age + ETA): likely only where the product is within the rule's odds. That is never so
+        from two climbs on (1/3 < 40%); after one, only where the ETA ends within a quarter of T past it. One
+        that outlasts them all is judged by Gott's rule alone again: a leak under a cycle is paged once its
+        climb is longer than the cycle's."""
         durations = self._given_back_climbs(hist, lc, since, now, cap)
         if not durations or age >= max(durations):
             return True
