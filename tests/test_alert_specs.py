@@ -110,6 +110,7 @@ def _quoted():
         ("GPUOOMImminent", f"a trace of the last {_minutes(a.window_s)}"),  # the flight recorder's span
         ("GPUOOMImminent", f"http://<host>:{port}/"),
         ("GPUOOMImminent", f"are still {_pct(1 / (1 + a.start_eta_ratio))}"),  # Gott's odds at the ratio
+        ("GPUOOMImminent", f"it gave back in the last {_minutes(a.spike_window_s)}"),  # the envelope's window
         ("GPUMemorySpikeRisk", f"one {_pct(a.spike_margin)} taller"),
         ("GPUMemorySpikeRisk", f"in the last {_minutes(a.spike_window_s)}"),
         ("GPUMemorySpikeRisk", f"samples at {1 / d.interval:g} Hz"),

@@ -395,6 +395,56 @@ def test_steps_across_the_top_that_keep_their_pace_page_before_the_oom():
     assert pages and pages[0] < oom, (pages, oom)
 
 
+@pytest.mark.parametrize(
+    "util, mib_per_s, passes_gib, seconds",
+    [(0.95, 1.5, (0.5, 2.5), 2000), (0.955, 3.0, (0.3, 0.8), 1400)],
+    ids=["below-the-top", "across-the-top"],
+)
+def test_a_slow_leak_under_forward_passes_smaller_than_a_transient_pages_once_and_in_time(
+    util, mib_per_s, passes_gib, seconds
+):
+    """A slow leak from 95% of an H200 under forward passes every few seconds, each below the transient's 2%
+    of the card (2.8 GiB): the OOM comes when the floor plus a pass no longer fits, not when the floor reaches
+    the card. The envelope counts every pass given back: one page, min(10 min, half the leak's span) ahead,
+    held to the OOM. Against the reading alone the forecast came and went with whether a pass was being read
+    (the tree before paged 1.5 MiB/s under passes of 0.5-2.5 GiB four times for one OOM). Across the top
+    (the floor past 98%, where the forecast counts down what was free when the card filled) the pass must
+    still fit: the tree before paged 3 MiB/s under passes of 0.3-0.8 GiB 452 s ahead, against 526."""
+    import random
+
+    rnd, onset, passes = random.Random(0), 200.0, []
+    t = 30.0
+    while t < seconds:  # (start, end, height): a forward pass's activations, held for a moment and given back
+        h, end = rnd.uniform(*passes_gib) * synth.GiB, t + rnd.uniform(0.3, 1.5)
+        passes.append((t, end, h))
+        t += 2 + rnd.expovariate(0.25)
+    starts = [p[0] for p in passes]
+
+    def above(t):
+        kept = max(0.0, t - onset) * mib_per_s * (1 << 20) // (2 << 20) * (2 << 20)  # in 2 MiB blocks
+        k = int(np.searchsorted(starts, t, side="right")) - 1
+        return kept + (passes[k][2] if k >= 0 and t < passes[k][1] else 0.0)
+
+    trans, oom = _vllm_card(util, above, seconds, hz=5.0)
+    assert oom is not None
+    pages = fired(trans, "GPUOOMImminent")
+    assert len(pages) == 1 and oom - pages[0] >= min(600, (oom - onset) / 2), (pages, oom)
+
+
+def test_a_load_held_longer_than_the_scan_is_no_excursion_and_pages_once():
+    """Its guard: 4 GiB of load held for 40 s every 5 minutes over a 2 MiB/s leak on an H200 at 90%. Load held
+    that long is not given back within the 15 s scan, so it is no excursion: the envelope is the reading and
+    the floor, and the leak is paged once, 10 minutes ahead. An envelope of the most the card stood above its
+    floor lately (tried on 2026-12-05) paged this 1,790 s ahead and flapped three times: the pace jumps at a
+    pulse's edges, and a higher envelope lets those jumps reach the horizon."""
+    leak = lambda t: max(0.0, t - 300) * 2 * (1 << 20)  # noqa: E731
+    load = lambda t: 4 * synth.GiB if t > 100 and t % 300 < 40 else 0.0  # noqa: E731
+    trans, oom = _vllm_card(0.9, lambda t: leak(t) + load(t), 4400, hz=2.0)
+    assert oom is not None
+    pages = fired(trans, "GPUOOMImminent")
+    assert len(pages) == 1 and oom - 700 <= pages[0] <= oom - 600, (pages, oom)
+
+
 def test_a_few_large_cache_steps_to_the_top_do_not_page():
     """The allocator's high-water marks: three steps of 1.25 GiB, 15 s apart, to 99% of the card, then flat."""
     steps = lambda t: 1.25 * synth.GiB * min(3, max(0, int((t - 90) // 15) + 1)) if t >= 90 else 0.0  # noqa: E731
@@ -808,6 +858,10 @@ def test_incremental_card_state_matches_its_definition():
         held = list(j.transients)
         assert all(t - x[0] <= cfg.spike_window_s for x in held)
         assert all(p[1] > q[1] for p, q in zip(held, held[1:], strict=False))  # falling: the first is the tallest
+        every = list(j.excursions)  # the envelope's: every excursion, the transients among them
+        assert all(t - x[0] <= cfg.spike_window_s for x in every)
+        assert all(p[1] > q[1] for p, q in zip(every, every[1:], strict=False))
+        assert not held or every[0][1] >= held[0][1]
         rel = list(st.lc.release_times)
         if len(rel) >= 3:
             d = np.diff(rel)

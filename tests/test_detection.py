@@ -82,8 +82,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "leak_gb_per_second_l40s": "open: 1 GB/s leak paged 6 s ahead (floor 11 s)",
     "leak_gb_per_second_h200": "open: 1.5 GB/s leak paged 18.9 s ahead (floor 19 s): a climb pages once it is "
     "likely to go on (Gott's ratio), which a 38 s leak is only 15 s in",
-    "second:slow_leak_tp2": "open: 0.35 MB/s paged 249 s ahead (floor 600 s): the OOM comes when an activation "
-    "served from the cache no longer fits, before the visible floor reaches the card",
     "real:sawtooth_rising": "open: paged 17 s ahead (floor 19 s)",
     "real:slow_leak": "open: a staircase from a process's birth is read as its start for the trace's 62 s",
 }

@@ -17,20 +17,19 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   transient since the server started, coming ever more rarely as the records of a load's demand do,
   `trend.steady_steps_p`) or `plateau`. A sustained rise of many fine steps that would
   fill the card soon compared with its own span outpaces any cache: a leak (`_outpaces`).
-- The page is a forecast: the card's upper envelope (the reading, or the floor plus the tallest recent
-  transient) reaches capacity within the horizon at the recent pace (`_recent_slope`: load slows near its
-  peak, a cache levels off, a leak keeps going), and at the slope's lower bound within twice it; a climb
-  that slows at the trend's confidence goes only as far as its damped trend (`trend.damped_rise`, Gardner
-  and McKenzie), and pages only if that reaches the card (not at the top of the card, where the cache hides
-  the last of a leak); and the
-  climb is likely to go on that far (`start_eta_ratio`, Gott's delta-t, as in a start: what is left, in
-  time or in bytes, within 1.5 times what the climb has done since the floor last stood at its lowest,
-  after the card's last release). Where the card has climbed and given back before, the climbs are
-  exchangeable: a climb younger than the longest of them pages if its pace fills the card before that age,
-  or if the odds that it outlasts them all, and then goes on to its ETA, are still the rule's
-  (`_outlasts_past_climbs`). A level the card already reached while serving and then gave back is a cycle
-  coming round (`seasonal`): no page below it. A server without a
-  declared pool follows its load: short of such a forecast, only growth that outlasts a day is a leak.
+- The page is a forecast: the card's upper envelope (the reading, or the floor plus the tallest excursion
+  given back lately, of any height: the next forward pass's) reaches capacity within the horizon at the recent
+  pace (`_recent_slope`: load slows near its peak, a cache levels off, a leak keeps going), and at the slope's
+  lower bound within twice it; a climb that slows at the trend's confidence goes only as far as its damped
+  trend (`trend.damped_rise`, Gardner and McKenzie), and pages only if that reaches the card (not at the top
+  of the card, where the cache hides the last of a leak); and the climb is likely to go on that far
+  (`start_eta_ratio`, Gott's delta-t, as in a start: what is left, in time or in bytes, within 1.5 times what
+  the climb has done since the floor last stood at its lowest, after the card's last release). Where the card
+  has climbed and given back before, the climbs are exchangeable: a climb younger than the longest of them
+  pages if its pace fills the card before that age, or if the odds that it outlasts them all, and then goes on
+  to its ETA, are still the rule's (`_outlasts_past_climbs`). A level the card already reached while serving
+  and then gave back is a cycle coming round (`seasonal`): no page below it. A server without a declared pool
+  follows its load: short of such a forecast, only growth that outlasts a day is a leak.
 - Starting: growth is never a leak. A start stops where starts stop: at the server's declared budget (a
   known engine's command line), or a few percent above the level after its dominant jump (the KV pool, then
   graphs). Past that line the forecast decides, and the climb must also be likely to go on
@@ -85,6 +84,7 @@ class CurveVerdict:
     floor_bytes: float = 0.0
     peak_bytes: float = 0.0  # recent peak (what OOMs first)
     spike_height_bytes: float = 0.0
+    excursion_bytes: float = 0.0  # the tallest excursion given back lately, of any height: the envelope's
     headroom_bytes: float = 0.0  # capacity minus floor
     spike_risk: bool = False
     releases: int = 0
@@ -138,6 +138,14 @@ def _cycle_extremes(
     return t[k].tolist(), mn[k].tolist(), highs.tolist()
 
 
+def _keep_tallest(kept: deque[tuple[float, float]], now: float, h: float) -> None:
+    """Append (now, h) to entries kept falling in height: one no taller than a newer one can never be the
+    window's tallest again, so the tallest is the first (O(1) per evaluation, whatever the window)."""
+    while kept and kept[-1][1] <= h:
+        kept.pop()
+    kept.append((now, h))
+
+
 def _idle(used: float, cap: float) -> CurveVerdict:
     return CurveVerdict("idle", floor_bytes=used, peak_bytes=used, headroom_bytes=max(0.0, cap - used))
 
@@ -150,6 +158,7 @@ class CardJudge:
         "trends",
         "due",
         "transients",
+        "excursions",
         "releases",
         "shape_prev",
         "last",
@@ -168,6 +177,7 @@ class CardJudge:
         self.trends: dict[float, Trend] = {}
         self.due: dict[float, float] = {}
         self.transients: deque[tuple[float, float]] = deque()  # (t, height) given back while serving, falling
+        self.excursions: deque[tuple[float, float]] = deque()  # ... the same, of any height (the envelope's)
         self.releases: deque[float] = deque()  # replaced by the card's lifecycle release times in judge()
         self.shape_prev = "idle"
         self.last: CurveVerdict | None = None  # the last verdict, reused while nothing moves
@@ -182,13 +192,20 @@ class CardJudge:
         self.trends.clear()
         self.due.clear()
         self.transients.clear()
+        self.excursions.clear()
         self.start_due, self.start_v, self.start_past = -math.inf, None, None
 
     # ---- pieces --------------------------------------------------------------------------------
     def _transients(
         self, now: float, t: np.ndarray, mn: np.ndarray, mx: np.ndarray, lc: Lifecycle, cap: float
-    ) -> float:
-        """Record the tallest transient given back in the recent scan; returns the tallest in the window."""
+    ) -> tuple[float, float]:
+        """Record what the recent scan gave back; returns the window's tallest transient and tallest excursion.
+
+        A transient is an excursion at least `transient_fraction` of the card: what the shape, the spike risk
+        and the cache-growth test call a spike. The page's envelope counts every excursion, however small: an
+        OOM comes when the floor plus the next forward pass's activations exceed the card, and on a 24 GB card
+        passes of 50-300 MB sit below the transient's 470 MB, which a leak of 0.35 MB/s takes 20 minutes to
+        cross."""
         cfg = self.cfg
         thr = max(cfg.transient_fraction * cap, float(cfg.transient_min_bytes))
         exiting = lc.phase == "exiting" or (lc.exit_t is not None and now - lc.exit_t < cfg.exit_grace_s)
@@ -203,18 +220,19 @@ class CardJudge:
                 kept = kept_floor(mn[i:])
                 before = np.minimum.accumulate(mn[i:])
                 h = float(np.max(mx[i:-1] - np.maximum(kept[1:], before[:-1])))
-                if h >= thr:
-                    if h > lc.tallest:
-                        lc.tallest = h
-                    if lc.phase == "serving":
-                        # Kept falling in height: one no taller than a newer one can never be the window's
-                        # tallest again, so the tallest is the first (O(1) per evaluation, whatever the window).
-                        while self.transients and self.transients[-1][1] <= h:
-                            self.transients.pop()
-                        self.transients.append((now, h))
-        while self.transients and now - self.transients[0][0] > cfg.spike_window_s:
-            self.transients.popleft()
-        return self.transients[0][1] if self.transients else 0.0
+                if h >= thr and h > lc.tallest:
+                    lc.tallest = h
+                if lc.phase == "serving" and h > 0:
+                    if h >= thr:
+                        _keep_tallest(self.transients, now, h)
+                    _keep_tallest(self.excursions, now, h)
+        for held in (self.transients, self.excursions):
+            while held and now - held[0][0] > cfg.spike_window_s:
+                held.popleft()
+        return (
+            self.transients[0][1] if self.transients else 0.0,
+            self.excursions[0][1] if self.excursions else 0.0,
+        )
 
     def _period(self) -> float:
         """The card's cycle: the median gap between its releases when they repeat (three or more, their
@@ -333,7 +351,7 @@ class CardJudge:
         j = int(np.searchsorted(t, now - cfg.floor_window_s))
         floor = float(mn[j:].min()) if j < len(t) else used
         peak = float(mx[int(np.searchsorted(t, now - cfg.spike_window_s)) :].max())
-        tallest = self._transients(now, t, mn, mx, lc, cap)
+        tallest, excursion = self._transients(now, t, mn, mx, lc, cap)
         headroom = max(0.0, cap - floor)
         base: dict[str, Any] = dict(
             floor_bytes=floor,
@@ -347,7 +365,7 @@ class CardJudge:
         if lc.phase == "serving" and tallest > 0:
             margin = max(cfg.spike_margin * tallest, float(cfg.spike_margin_bytes))
             spike_risk = floor + tallest + margin >= cap
-        base.update(spike_height_bytes=tallest, spike_risk=spike_risk)
+        base.update(spike_height_bytes=tallest, excursion_bytes=excursion, spike_risk=spike_risk)
         cyclic = len(self.releases) >= 2 and now - self.releases[-1] < 3 * max(self._period(), cfg.floor_window_s)
 
         if lc.phase == "starting":
@@ -375,7 +393,7 @@ class CardJudge:
             levelled, tr = tr, None
         if tr is not None:
             steps = tr.rising_blocks
-            ref = max(used, floor + tallest)
+            ref = max(used, floor + excursion)
             recent = min(tr.slope, self._recent_slope(tr, hist, now))
             eta = max(0.0, (cap - ref) / recent) if recent > 0 else math.inf
             eta_lo = max(0.0, (cap - ref) / tr.slope_lo)

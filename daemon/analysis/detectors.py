@@ -107,11 +107,13 @@ def _forecast(v: CurveVerdict, b: BusyPeriod, used: float, cap: float, now: floa
     """The verdict with the ETA of the card's upper envelope at the rate of the leak confirmed in this busy
     period (the verdict's own while it has one).
 
-    Below the top, the envelope is the reading, or the floor plus the tallest recent transient. At the top
-    (the floor at `top_share` of the card) NVML stops moving: the allocator frees its cache and retries, so
-    the leak goes on out of sight, eating what was free when the card filled plus the cache (which holds
-    freed activations: at most the tallest transient this server served). The ETA counts that down at the
-    leak's rate from when the card filled; a 30 MB/h leak at the top is hours away, a 60 MB/s one seconds."""
+    Below the top, the envelope is the reading, or the floor plus the tallest excursion given back lately (of
+    any height: `CardJudge._transients`). At the top (the floor at `top_share` of the card) NVML stops
+    moving: the allocator frees its cache and retries, so the leak goes on out of sight, eating what was
+    free when the card filled plus the cache (which holds freed activations: at most the tallest transient
+    this server served), less the room the next forward pass still takes where passes are still seen given
+    back (the excursion). The ETA counts that down at the leak's rate from when the card filled; a 30 MB/h
+    leak at the top is hours away, a 60 MB/s one seconds."""
     rate = v.leak_bytes_per_second if v.leak else float(b.rate)
     if rate <= 0:
         return replace(v, eta_seconds=None)
@@ -119,10 +121,10 @@ def _forecast(v: CurveVerdict, b: BusyPeriod, used: float, cap: float, now: floa
         if b.full_t is None:
             b.full_t = now
             b.full_free = max(0.0, cap - used)
-        left = float(b.tallest) + b.full_free - rate * (now - b.full_t)
+        left = float(b.tallest) + b.full_free - v.excursion_bytes - rate * (now - b.full_t)
         return replace(v, eta_seconds=max(0.0, left) / rate, leak_bytes_per_second=rate)
     b.full_t = None
-    top = max(used, v.floor_bytes + v.spike_height_bytes)
+    top = max(used, v.floor_bytes + v.excursion_bytes)
     return replace(v, eta_seconds=max(0.0, cap - top) / rate, leak_bytes_per_second=rate)
 
 
