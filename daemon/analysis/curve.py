@@ -138,26 +138,17 @@ def _cycle_extremes(
     return t[k].tolist(), mn[k].tolist(), highs.tolist()
 
 
-def _keep_tallest(kept: deque[tuple[float, float]], now: float, h: float) -> None:
-    """Append (now, h) to entries kept falling in height: one no taller than a newer one can never be the
-    window's tallest again, so the tallest is the first (O(1) per evaluation, whatever the window)."""
-    while kept and kept[-1][1] <= h:
-        kept.pop()
-    kept.append((now, h))
-
-
 def _idle(used: float, cap: float) -> CurveVerdict:
     return CurveVerdict("idle", floor_bytes=used, peak_bytes=used, headroom_bytes=max(0.0, cap - used))
 
 
 class CardJudge:
-    """Per-card analysis state between evaluations (cached trends per window, recent transients)."""
+    """Per-card analysis state between evaluations (cached trends per window, recent excursions)."""
 
     __slots__ = (
         "cfg",
         "trends",
         "due",
-        "transients",
         "excursions",
         "releases",
         "shape_prev",
@@ -176,8 +167,7 @@ class CardJudge:
         self.alpha = 0.5 * math.erfc(cfg.trend_z / math.sqrt(2))  # the trend's own one-sided alpha, as a p
         self.trends: dict[float, Trend] = {}
         self.due: dict[float, float] = {}
-        self.transients: deque[tuple[float, float]] = deque()  # (t, height) given back while serving, falling
-        self.excursions: deque[tuple[float, float]] = deque()  # ... the same, of any height (the envelope's)
+        self.excursions: deque[tuple[float, float]] = deque()  # (t, height) given back while serving, falling
         self.releases: deque[float] = deque()  # replaced by the card's lifecycle release times in judge()
         self.shape_prev = "idle"
         self.last: CurveVerdict | None = None  # the last verdict, reused while nothing moves
@@ -191,7 +181,6 @@ class CardJudge:
     def reset(self) -> None:
         self.trends.clear()
         self.due.clear()
-        self.transients.clear()
         self.excursions.clear()
         self.start_due, self.start_v, self.start_past = -math.inf, None, None
 
@@ -205,7 +194,8 @@ class CardJudge:
         and the cache-growth test call a spike. The page's envelope counts every excursion, however small: an
         OOM comes when the floor plus the next forward pass's activations exceed the card, and on a 24 GB card
         passes of 50-300 MB sit below the transient's 470 MB, which a leak of 0.35 MB/s takes 20 minutes to
-        cross."""
+        cross. One record serves both: the window's tallest transient is its tallest excursion where that is
+        one (no excursion in the window is taller)."""
         cfg = self.cfg
         thr = max(cfg.transient_fraction * cap, float(cfg.transient_min_bytes))
         exiting = lc.phase == "exiting" or (lc.exit_t is not None and now - lc.exit_t < cfg.exit_grace_s)
@@ -223,16 +213,15 @@ class CardJudge:
                 if h >= thr and h > lc.tallest:
                     lc.tallest = h
                 if lc.phase == "serving" and h > 0:
-                    if h >= thr:
-                        _keep_tallest(self.transients, now, h)
-                    _keep_tallest(self.excursions, now, h)
-        for held in (self.transients, self.excursions):
-            while held and now - held[0][0] > cfg.spike_window_s:
-                held.popleft()
-        return (
-            self.transients[0][1] if self.transients else 0.0,
-            self.excursions[0][1] if self.excursions else 0.0,
-        )
+                    # Kept falling in height: one no taller than a newer one can never be the window's tallest
+                    # again, so the tallest is the first (O(1) per evaluation, whatever the window).
+                    while self.excursions and self.excursions[-1][1] <= h:
+                        self.excursions.pop()
+                    self.excursions.append((now, h))
+        while self.excursions and now - self.excursions[0][0] > cfg.spike_window_s:
+            self.excursions.popleft()
+        tallest = self.excursions[0][1] if self.excursions else 0.0
+        return (tallest if tallest >= thr else 0.0), tallest
 
     def _period(self) -> float:
         """The card's cycle: the median gap between its releases when they repeat (three or more, their
