@@ -45,6 +45,10 @@ once a second with the daemon's own reader (`oomwatch.sources.allocator.Allocato
   and levels off near the top. Healthy: a card at 97-99% that must not page.
 - k `full_leak`: j, and after a warm-up every k-th batch's output is kept (megabytes a second), until a real
   CUDA OOM minutes later: a slow leak into the last few GB, where the cache it carves from hides its start.
+- l `full_freed`: j, with `torch.cuda.empty_cache()` after every batch: each forward pass is taken and given
+  back where NVML sees it, at the top of the card. Healthy: passes of hundreds of MB that must not page.
+- m `full_leak_freed`: l, and after a warm-up every k-th batch's output is kept, until a real CUDA OOM: a
+  slow leak under forward passes that come and go (the page's envelope is the floor plus the next pass).
 The server writes its phases (monotonic clock) to a side file; the script merges them into the trace as
 annotations (`phase`, `oom`; header `scenario`, `expect`, `note`), which replay never reads. Then
 `oomwatch replay TRACE --json` runs on each trace (as recorded, and with its alloc lines removed) and
@@ -168,10 +172,25 @@ SCENARIOS = {
         "note": "serve_full's server, and after a warm-up the app keeps every k-th batch's generate() output in a "
         "list (megabytes a second), until a real CUDA OOM minutes later: a slow leak into the last few GB",
     },
+    "l": {
+        "name": "full_freed",
+        "expect": {"shape": {"0": ["stable", "spike", "sawtooth"]}, "leak": False, "oom": False},
+        "note": "healthy: serve_full's server (a card pre-filled to a few GB free, batches of up to 4 requests) whose "
+        "app calls torch.cuda.empty_cache() after every batch: NVML sees each forward pass taken and given back at "
+        "the top of the card",
+    },
+    "m": {
+        "name": "full_leak_freed",
+        "expect": {"shape": {"0": ["staircase", "ramp", "sawtooth"]}, "leak": True, "oom": True},
+        "note": "serve_full_freed's server, and after a warm-up the app keeps every k-th batch's generate() output in "
+        "a list, until a real CUDA OOM minutes later: a slow leak into the last few GB under forward passes that NVML "
+        "sees come and go",
+    },
 }
 
-#: Scenarios served as another's server does, with other flags (j and k: a and c on a nearly full card).
-SERVES_AS = {"j": "a", "k": "c"}
+#: Scenarios served as another's server does, with other flags (j and k: a and c on a nearly full card; l and m:
+#: j and k with `empty_cache()` after every batch).
+SERVES_AS = {"j": "a", "k": "c", "l": "a", "m": "c"}
 
 
 # =================================================================================================
@@ -475,6 +494,8 @@ class Server:
                     self.kept_bytes += b
                     extra["kept_bytes"] = self.kept_bytes
             del out
+            if self.a.empty_each:  # the app gives the cache back after every batch: NVML sees each pass
+                torch.cuda.empty_cache()
             self.log_batch(batch, secs, **extra)
         del torch
 
@@ -1101,6 +1122,8 @@ def main() -> int:
     ap.add_argument("--seconds-j", type=float, default=120)
     ap.add_argument("--pad-free-gb-jk", type=float, default=4, help="j, k: GB left free (a small card at 95%%)")
     ap.add_argument("--target-k", type=float, default=180, help="k: seconds from leak onset to OOM to aim at")
+    ap.add_argument("--seconds-l", type=float, default=120)
+    ap.add_argument("--target-m", type=float, default=240, help="m: seconds from leak onset to OOM to aim at")
     # the server's own flags
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--events", help=argparse.SUPPRESS)
@@ -1116,6 +1139,7 @@ def main() -> int:
     ap.add_argument("--keep-every", type=int, default=3, help=argparse.SUPPRESS)
     ap.add_argument("--peak-tokens", type=int, default=40960, help=argparse.SUPPRESS)
     ap.add_argument("--max-n", type=int, default=8, help=argparse.SUPPRESS)
+    ap.add_argument("--empty-each", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--budget-tokens", type=int, default=16384, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
@@ -1187,6 +1211,8 @@ def main() -> int:
     small = ["--pad-free-gb", str(a.pad_free_gb_jk), "--max-n", "4", "--budget-tokens", "8192", "--rate", "3"]
     plan["j"] = (["--seconds", str(a.seconds_j), *small], a.seconds_j + 90)
     plan["k"] = (["--seconds", "600", "--warm", "40", "--target", str(a.target_k), *small], None)
+    plan["l"] = (["--seconds", str(a.seconds_l), "--empty-each", *small], a.seconds_l + 90)
+    plan["m"] = (["--seconds", "600", "--warm", "30", "--target", str(a.target_m), "--empty-each", *small], None)
     if a.no_cudnn_c:
         SCENARIOS["c"]["note"] += " (cuDNN's SDPA turned off, torch.backends.cuda.enable_cudnn_sdp(False))"
     for key in a.only.split(","):

@@ -3,7 +3,7 @@
 The daemon, `oomwatch replay`, `oomwatch diagnose`, the exporters and the docs all read these names, so a
 threshold is changed here once. Times are seconds, sizes bytes, fractions 0..1 of a card's total memory.
 
-The curve analysis tests the floor's trend at windows from 30 s to 7 days (`trend_windows_s`), because a
+The curve analysis tests the floor's trend at windows from 15 s to 7 days (`trend_windows_s`), because a
 leak that OOMs in a minute and one that OOMs in a week must both be caught; its confirmations scale with the
 ETA; the few absolute times below are the shortest evidence we accept, not the expected pace.
 """
@@ -246,9 +246,12 @@ class AnalysisConfig:
     # argument: nothing says where in its climb we look at it); fewer pages would land too late to act on
     exit_grace_s: float = 5.0  # memory released this soon after a process went away is its exit, not a spike
     # -- trend of the floor (trend.py)
-    # minutes to days, a few times apart: a window is tested from half its length, so a gap as wide as one day to
-    # seven hid a leak too slow to rise `leak_min_bytes` in a day (5 MB/h) until the 7-day window at 3.5 days
-    trend_windows_s: tuple[float, ...] = (30.0, 120.0, 600.0, 3600.0, 21600.0, 86400.0, 172800.0, 604800.0)
+    # seconds to days, a few times apart: a window is tested from half its length, so a gap as wide as one day to
+    # seven hid a leak too slow to rise `leak_min_bytes` in a day (5 MB/h) until the 7-day window at 3.5 days.
+    # The shortest sets how soon a climb from a flat floor shows: only once it holds a third of the window or so
+    # (Theil-Sen's lower bound stays at 0 while most pairs are flat), 10 s into a 30 s window, 5 s into 15 s;
+    # a leak of 1 GB/s fills what a server at 50% leaves of a 48 GB card in about 20 s
+    trend_windows_s: tuple[float, ...] = (15.0, 30.0, 120.0, 600.0, 3600.0, 21600.0, 86400.0, 172800.0, 604800.0)
     trend_cadence: float = 60.0  # a window is re-tested this many times per its length (long ones rarely) ...
     trend_retest_min_s: float = 1.0  # ... and never more often than this (block minima barely move in a second)
     trend_min_span_s: float = 6.0  # the shortest evidence a trend is tested on

@@ -3,7 +3,7 @@
 `CardJudge.judge` runs at each evaluation with the card's multi-resolution history (history.py) and its
 lifecycle (lifecycle.py) and returns a `CurveVerdict`:
 
-- Serving: the floor's trend is tested at several windows (30 s to 7 days, `trend_windows_s`) with
+- Serving: the floor's trend is tested at several windows (15 s to 7 days, `trend_windows_s`) with
   Mann-Kendall and Theil-Sen (trend.py). A short window is re-tested about every second, a long one about
   60 times per window (`trend_cadence`), so the per-sample work stays O(1) amortised while a 7-day window
   is still judged. A card that cycles (three or more releases at regular gaps, `cycle_regularity`) is
