@@ -249,7 +249,7 @@ class AnalysisConfig:
     # seconds to days, a few times apart: a window is tested from half its length, so a gap as wide as one day to
     # seven hid a leak too slow to rise `leak_min_bytes` in a day (5 MB/h) until the 7-day window at 3.5 days.
     # The shortest sets how soon a climb from a flat floor shows: only once it holds a third of the window or so
-    # (Theil-Sen's lower bound stays at 0 while most pairs are flat), 10 s into a 30 s window, 5 s into 15 s;
+    # (Theil-Sen's lower bound stays at 0 while most pairs are flat): 10-12 s into a 30 s window, 5-7 s into 15 s;
     # a leak of 1 GB/s fills what a server at 50% leaves of a 48 GB card in about 20 s
     trend_windows_s: tuple[float, ...] = (15.0, 30.0, 120.0, 600.0, 3600.0, 21600.0, 86400.0, 172800.0, 604800.0)
     trend_cadence: float = 60.0  # a window is re-tested this many times per its length (long ones rarely) ...

@@ -386,8 +386,9 @@ def test_fine_staircase_from_a_high_base_pages_with_half_its_span_left():
 
 def test_a_leak_of_gigabytes_a_second_from_a_flat_floor_pages_with_half_its_span_left():
     """Per-request CUDA graphs gone wrong: 1.5 GB/s from a floor that was flat at 61% of the card, an OOM 38 s
-    later. The climb shows in a trend window only once it holds about a third of it (`trend_windows_s`): 10 s
-    into a 30 s window, 5 s into 15 s. The tree with 30 s as its shortest window paged at 140 s, 0.8 s late."""
+    later. The climb shows in a trend window only once it holds about a third of it (`trend_windows_s`): 10-12 s
+    into a 30 s window, 5-7 s into 15 s (here it pages at 139.0 s, 0.2 s inside; no randomness). The tree with
+    30 s as its shortest window paged at 140 s, 0.8 s late."""
     onset = 120.0
     trans, oom = _vllm_card(0.6, lambda t: 0.0 if t < onset else (t - onset) * 1.5e9, 240, hz=10.0)
     assert oom is not None
