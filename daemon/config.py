@@ -299,7 +299,6 @@ class AnalysisConfig:
     excursion_max_s: float = 60.0  # a rise younger than this and within a past excursion may be a cycle's ramp
     confirm_gap_s: float = 10.0  # a confirmation clock survives this long without its condition (a noisy ETA)
     oom_bound_factor: float = 2.0  # ... and the slope's lower bound projects the OOM within this many horizons
-    oom_clear_s: float = 60.0  # a firing GPUOOMImminent resolves only after this long without the condition
     oom_horizon_s: float = 600.0  # GPUOOMImminent when the ETA is inside this
     oom_lead_margin_s: float = 10.0  # ... started this much early: evaluation steps and the ETA's own noise take
     # seconds off the lead, and a page must land with the whole horizon still ahead

@@ -916,3 +916,37 @@ def test_memory_still_being_given_back_is_no_trough():
         if v is not None and v.leak and v.why.startswith("the troughs"):
             troughs.append((t, v.why))
     assert not troughs, troughs[:2]
+
+
+def test_a_sawtooth_from_a_process_birth_pages_on_its_first_climb_only():
+    """A process the card has never seen (no command line) takes 30% of an H200 in one jump, then 6 GB every
+    2.4 s up to 70%, gives all but 34% back, and climbs again, every 30 s: the real slow_sawtooth recording
+    in numbers, read at 5 Hz. The first climb is a fast leak's first 25 s to the byte, and pages. Every later
+    climb only reaches a level the card held and gave back, during its start or since: no forecast, and the
+    leak warning ends with the first release. The tree before this test forecast an OOM from the start's own
+    trend across its release (from 66 s), and read the first climb while serving as a leak again, having
+    compared its peak only with peaks since serving: the warning held until 124 s."""
+    from oomwatch.model import GpuSample
+
+    gb = 1e9
+
+    def used(t):
+        if t < 6:
+            return 0
+        if t < 38:  # the first climb from one jump
+            return int(45.9 * gb + min(10, (t - 6) // 2.4) * 6.03 * gb)
+        return int(51.9 * gb + min(9, (t - 38) % 30 // 2.4) * 6.03 * gb)
+
+    a = Analyzer(synth.info(1))
+    trans, urgent_later = [], []
+    for k in range(int(160 * 5)):
+        t = k / 5
+        u = used(t)
+        procs = ((639, u),) if u else ()
+        trans += a.add_sample(Sample(t, (GpuSample(0, u, synth.CAP - u, synth.RESERVED, 0, procs),)))
+        if t > 40 and a.gpus[0].verdict.urgent:
+            urgent_later.append(round(t, 1))
+    assert not urgent_later, urgent_later
+    assert len(fired(trans, "GPUOOMImminent")) == 1 and len(fired(trans, "GPUMemoryLeak")) == 1, trans
+    ended = [tr.t for tr in trans if tr.alert.alertname == "GPUMemoryLeak" and tr.state == "resolved"]
+    assert ended and ended[0] < 90, ended  # before the third climb's top

@@ -115,6 +115,12 @@ def likely_to_go_on(eta: float, left: float, age: float, done: float, cfg: Analy
     return eta <= r * age or left <= r * done
 
 
+def _climbs_from(lc: Lifecycle) -> float | None:
+    """Where this server's own climb began: after its KV pool's jump where it made one (what came before, the
+    weights and the profile run, is below the pool), else its start (None before any)."""
+    return lc.regime_t if lc.regime_t is not None else lc.start_t
+
+
 def calm_shape(cyclic: bool, tallest: float) -> str:
     """The shape of a card that is not leaking: cycling, with transients given back, or flat."""
     return "sawtooth" if cyclic else ("spike" if tallest > 0 else "stable")
@@ -358,7 +364,7 @@ class CardJudge:
         cyclic = len(self.releases) >= 2 and now - self.releases[-1] < 3 * max(self._period(), cfg.floor_window_s)
 
         if lc.phase == "starting":
-            return self._start_verdict(now, t, mn, lc, cap, total, used, floor, tallest, engine_loading, base)
+            return self._start_verdict(now, hist, t, mn, lc, cap, total, used, floor, tallest, engine_loading, base)
         if lc.phase != "serving":
             return CurveVerdict(self.shape_prev if self.shape_prev != "idle" else "stable", **base)
 
@@ -394,12 +400,10 @@ class CardJudge:
                 and tr.since is not None
                 and now - tr.since <= cfg.excursion_max_s
             )
-            # Seasonality: a level this card has already reached while serving and then given back is a
-            # cycle coming round again (load that rises every afternoon, a batch that comes back), not a card
-            # filling up: the forecast pages only above it, or on troughs that rise (`_troughs`).
-            seen = self._given_back_peak(hist, lc, since, now)
-            # (within one settle step: a cycle's peaks differ by a few hundred MB from one round to the next)
-            seasonal = ref <= seen + max(cfg.settle_fraction * cap, float(cfg.settle_min_bytes))
+            # (since the start's own climb began: a level its start held and gave back, a cycle from the
+            # server's birth, was reached and survived as surely as one while serving)
+            origin = _climbs_from(lc)
+            seasonal = self._seen_before(hist, lc, since if origin is None else min(since, origin), now, ref, cap)
             # One rule for every climb (a start's, a cycle's, a leak's): urgent only if it is also likely to
             # go on until the card is full (`likely_to_go_on`), measured since the floor last stood at its
             # lowest; the first rising half of a load cycle pages no more than a start does.
@@ -543,8 +547,16 @@ class CardJudge:
             and (span < window or now - since < window)
         )
 
+    def _seen_before(self, hist: History, lc: Lifecycle, since: float, now: float, ref: float, cap: float) -> bool:
+        """Seasonality: a level this card already reached since `since` and then gave back is a cycle coming
+        round again (load that rises every afternoon, a batch that comes back, a start's first climb), not a
+        card filling up: the forecast pages only above it, or on troughs that rise (`_troughs`). Within one
+        settle step: a cycle's peaks differ by a few hundred MB from one round to the next."""
+        seen = self._given_back_peak(hist, lc, since, now)
+        return ref <= seen + max(self.cfg.settle_fraction * cap, float(self.cfg.settle_min_bytes))
+
     def _given_back_peak(self, hist: History, lc: Lifecycle, since: float, now: float) -> float:
-        """The highest reading while serving before the card's last release (0 when it never gave back)."""
+        """The highest reading since `since` before the card's last release (0 when it never gave back)."""
         rel = [r for r in lc.release_times if r >= since]
         if not rel:
             return 0.0
@@ -717,6 +729,7 @@ class CardJudge:
     def _start_verdict(
         self,
         now: float,
+        hist: History,
         t: np.ndarray,
         mn: np.ndarray,
         lc: Lifecycle,
@@ -730,7 +743,7 @@ class CardJudge:
     ) -> CurveVerdict:
         cfg = self.cfg
         self.shape_prev = "stable"
-        t0 = lc.regime_t if lc.regime_t is not None else lc.start_t
+        t0 = _climbs_from(lc)
         graphs = max(cfg.graphs_fraction * total, float(cfg.graphs_min_bytes))
         line = lc.regime_level + graphs if lc.regime_t is not None else 0.0
         if lc.budget is not None:  # a known engine says where its start stops
@@ -779,6 +792,8 @@ class CardJudge:
         else:  # the line is only an estimate (the pool's jump plus graphs): the whole climb since the pool, in
             age, done = lasted, 0.0  # time (the bytes above an estimated line say nothing of what it did)
         if not self._urgent(eta, eta_lo) or not likely_to_go_on(eta, cap - ref, age, done, cfg):
+            return CurveVerdict("stable", **base)
+        if self._seen_before(hist, lc, t0, now, ref, cap):  # a start that climbed as high and gave it back
             return CurveVerdict("stable", **base)
         steps = int(np.count_nonzero(np.diff(kept_floor(mn[i:])) > 0))
         shape = "staircase" if steps < 0.6 * max(1, len(mn) - i) else "ramp"
