@@ -43,6 +43,10 @@ PAGE, LEAK, SPIKE, STRAY, IMBALANCE = (
 GRACE_S = 15.0  # an alert may still start this long after its episode ended (evaluation lag, 0.2 Hz samples)
 OOM_LEAD_MAX_S = 600.0  # GPUOOMImminent at least min(this, half the leak span) before each OOM
 SPIKE_WARN_S = 300.0  # a spike OOM must be preceded by a spike-risk (or page) active this close to it
+#: An alert of a card that fires again this soon after it resolved, with no OOM between (the server died and
+#: its successor is a new episode), is one episode told twice: a flap. The horizon's length: on-call paged,
+#: cleared and paged again within it reads the first clear as a false alarm.
+REFIRE_S = 600.0
 STRAY_WITHIN_S = 120.0  # GPUStrayProcess for a stray within this of its first appearance
 SLOW_LEAK_SHARE = 0.02  # default deadline for a leak that never reaches OOM: twice the time to leak
 SLOW_LEAK_MIN_S, SLOW_LEAK_MAX_S = 600.0, 6 * 3600.0  # ... 2% of the card, within these bounds
@@ -373,6 +377,21 @@ def firing_episodes(transitions: list[dict]) -> list[dict]:
     return eps
 
 
+def refires(on: list[dict], ooms: list[float]) -> list[tuple[str, float, float]]:
+    """(alert, resolved at, fired again at) for each episode of one card's alert that began within `REFIRE_S`
+    of the same alert's (same labels) last one ending, with no OOM of the card in between."""
+    last: dict = {}
+    out = []
+    for f in sorted(on, key=lambda f: f["start"]):
+        key = (f["alert"], f["pid"])
+        prev = last.get(key)
+        soon = prev is not None and prev["end"] is not None and f["start"] - prev["end"] <= REFIRE_S
+        if soon and not any(prev["start"] <= o <= f["start"] for o in ooms):
+            out.append((f["alert"], prev["end"], f["start"]))
+        last[key] = f
+    return out
+
+
 def slow_deadline(ep: dict, total: int) -> float:
     if ep.get("deadline_s") is not None:
         return ep["deadline_s"]
@@ -439,6 +458,7 @@ def score(truth: dict, transitions: list[dict], header: dict) -> dict:
         "leads": [],
         "lead_fracs": [],
         "flaps": 0,
+        "refires": 0,
         "slow_flag_s": [],
         "missed_slow": 0,
         "missed_leaks": 0,
@@ -451,6 +471,10 @@ def score(truth: dict, transitions: list[dict], header: dict) -> dict:
         i, total = g["index"], g["total"]
         eps = [e for e in truth["episodes"] if e["gpu"] == i]
         on = [f for f in fires if f["gpu"] == str(i)]
+        for alert, t_resolved, t_again in refires(on, [e["oom"] for e in eps if e["oom"] is not None]):
+            r["refires"] += 1
+            gap = t_again - t_resolved
+            notes.append(f"{alert} fired again on GPU {i} at {t_again:.0f} s, {gap:.0f} s after it resolved")
         wins = [(e["onset"], (e["end"] if e["end"] is not None else end) + GRACE_S) for e in eps]
         for f in on:
             if f["alert"] == LEAK and not truth.get("judge_leaks", True):
@@ -595,6 +619,7 @@ def totals(results: list[dict]) -> dict:
         "ooms": s("ooms"),
         "missed_ooms": s("missed_ooms"),
         "flapping_ooms": s("flaps"),
+        "refires": s("refires"),
         "missed_leaks": s("missed_leaks"),
         "missed_slow_leaks": s("missed_slow"),
         "missing_strays": s("missing_strays"),
@@ -695,6 +720,7 @@ def _by_source(results: list[dict]) -> list[str]:
         ("false pages", lambda t: t["false_pages"]),
         ("false leak warnings", lambda t: t["false_leaks"]),
         ("OOMs missed / all", lambda t: f"{t['missed_ooms']} / {t['ooms']}"),
+        (f"alerts fired again within {REFIRE_S / 60:.0f} min (flaps)", lambda t: t["refires"]),
         ("lead before OOM, median / worst (s)", lambda t: f"{t['lead_s_median']} / {t['lead_s_worst']}"),
         ("slow leaks missed", lambda t: t["missed_slow_leaks"]),
         ("strays missed / alerts on non-strays", lambda t: f"{t['missing_strays']} / {t['false_strays']}"),
@@ -729,7 +755,8 @@ def report(
         "before it, a leak that never reaches OOM unflagged by its deadline, a stray without "
         "GPUStrayProcess. A spike OOM needs a spike-risk warning or a page active in the "
         f"{SPIKE_WARN_S:.0f} s before it. Reported, not gated: several page episodes for one OOM, strays "
-        "alerted on a non-stray PID, imbalance.",
+        "alerted on a non-stray PID, imbalance, "
+        f"an alert of a card fired again within {REFIRE_S / 60:.0f} min of resolving with no OOM between (a flap).",
         "",
         "## Totals",
         "",
@@ -747,6 +774,7 @@ def report(
         ),
         ("OOMs missed / all", f"{tot['missed_ooms']} / {tot['ooms']}"),
         ("OOMs paged more than once (flapping)", tot["flapping_ooms"]),
+        (f"alerts fired again within {REFIRE_S / 60:.0f} min of resolving, no OOM between (flaps)", tot["refires"]),
         ("OOMs from a leak without GPUMemoryLeak before them", tot["missed_leaks"]),
         ("lead before OOM, median / worst (s)", f"{tot['lead_s_median']} / {tot['lead_s_worst']}"),
         (

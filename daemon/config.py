@@ -56,6 +56,11 @@ class AlertSpec:
     daemon: bool = True  # False: raised by the rules only (oomwatch cannot page about its own absence)
 
 
+#: How long a page stays firing once its forecast stops holding (with the forecast's own hysteresis, Analyzer): a
+#: minute rides out one odd evaluation; it ends at once when the card's processes exit. The leak warning holds as
+#: long: a page on a leak says the leak too, so the two end together.
+PAGE_CLEAR_S = 60.0
+
 #: Every alert, in the order the rules file lists them. The daemon evaluates every `eval_interval_s` (about a
 #: second) on 10 Hz samples, and its detectors demand structural evidence (kept steps, rising troughs), so its
 #: `for_s` only has to outlast one odd sample. Prometheus evaluates every 15-60 s on scraped gauges: one odd
@@ -71,8 +76,7 @@ ALERT_SPECS: tuple[AlertSpec, ...] = (
         "an ETA inside the horizon is already a fitted leak: page at once; the rule forwards the daemon's "
         "debounced ETA",
         ("gpu", "uuid"),
-        clear_s=60.0,  # the page holds only while its forecast does (with the forecast's own hysteresis,
-        # Analyzer): a minute rides out one odd evaluation; it ends at once when the card's processes exit
+        clear_s=PAGE_CLEAR_S,  # the page holds only while its forecast does
         card_scoped=True,
         dumps=True,
     ),
@@ -85,7 +89,8 @@ ALERT_SPECS: tuple[AlertSpec, ...] = (
         "the leak detector already demands a sustained trend: ride out one odd evaluation; the gauge is the "
         "daemon's debounced leak rate, one more look",
         ("gpu", "uuid"),
-        clear_s=30.0,  # a trend tested on minutes flickers at its edge: one episode, not several
+        clear_s=PAGE_CLEAR_S,  # as the page (a trend tested on minutes, or the probe's live tensors read
+        # mid-request, flickers at its edge: one episode, not several)
         card_scoped=True,
         dumps=True,
     ),

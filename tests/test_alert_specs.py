@@ -43,7 +43,7 @@ def test_the_views_are_the_table():
     assert {"OomwatchDown": (SPECS["OomwatchDown"].severity, SPECS["OomwatchDown"].meaning)} == config.RULE_ONLY_ALERTS
     t = AlertTiming()
     assert t.for_s == {s.name: s.for_s for s in ALERT_SPECS if s.daemon}
-    assert t.clear_by_alert == {"GPUOOMImminent": 60.0, "GPUMemoryLeak": 30.0, "GPUMemorySpikeRisk": 60.0}
+    assert t.clear_by_alert == {"GPUOOMImminent": 60.0, "GPUMemoryLeak": 60.0, "GPUMemorySpikeRisk": 60.0}
     assert t.rule_for_s("HostMemoryLeak") == 10 * t.rule_eval_interval_s
     assert set(flight.DUMP_ALERTS) == {s.name for s in ALERT_SPECS if s.dumps} == set(analyzer.CARD_EPISODE_ALERTS)
 

@@ -442,3 +442,15 @@ def test_the_probes_leak_warning_waits_a_share_of_its_eta_as_the_curves_does():
     kept = _probe_leak_warnings(1000.0)
     verdict = 40 + AllocatorConfig().leak_min_bytes / (15 * MB)  # the rise is a leak once it is this tall
     assert kept and verdict + 120 <= kept[0] <= verdict + 120 + 30, kept
+
+
+def test_a_leak_to_oom_is_warned_once_while_its_page_holds(tmp_path):
+    """The real `serve_full_leak_freed` (outputs kept into 2.4 GiB of headroom on an H100, the probe on): the
+    probe's live tensors, read mid-request, stop rising for 55 s before the OOM comes. The page it raised holds
+    across that gap, and so does its leak warning: a page on a leak says the leak too, so they end together (a
+    warning resolved and fired again 29 s later tells on-call the first one was false)."""
+    path = os.path.join(RESULTS, "serve_full_leak_freed.jsonl")
+    r = _replay(path, tmp_path)
+    fired = [tr.alert.alertname for tr in r.transitions if tr.state == "firing"]
+    assert fired.count("GPUOOMImminent") == 1, fired
+    assert fired.count("GPUMemoryLeak") == 1, fired

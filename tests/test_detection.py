@@ -229,6 +229,21 @@ def test_score_page_before_onset_is_false_and_flapping_is_noted():
     assert r["false_pages"] == 1 and r["flaps"] == 1 and r["leads"] == [1000]
 
 
+def test_score_counts_an_alert_fired_again_soon_as_a_flap_unless_an_oom_came_between():
+    truth = _truth([_leak(1000, 3000), _leak(3100, 5000)], duration=6000)
+    trans = [
+        _tr(1500, D.LEAK),
+        _tr(1600, D.LEAK, "resolved"),
+        _tr(1700, D.LEAK),  # 100 s after it resolved: one episode told twice
+        _tr(2900, D.LEAK, "resolved"),
+        _tr(3200, D.LEAK),  # after the OOM at 3000: the next server's own episode
+        _tr(3300, D.LEAK, "resolved"),
+        _tr(3300 + D.REFIRE_S + 1, D.LEAK),  # long after: a new episode
+    ]
+    r = D.score(truth, trans, HEADER)
+    assert r["refires"] == 1 and any("fired again on GPU 0 at 1700 s, 100 s after" in n for n in r["notes"])
+
+
 def test_score_slow_leak_deadline_and_strays():
     truth = _truth([_leak(600, None, deadline=3600)], [{"gpu": 1, "pid": 42, "t": 10}], duration=86400)
     r = D.score(truth, [_tr(4000, D.LEAK), _tr(30, D.STRAY, gpu="1", pid=42)], HEADER)

@@ -123,7 +123,6 @@ def _forecast(v: CurveVerdict, b: BusyPeriod, used: float, cap: float, now: floa
             b.full_free = max(0.0, cap - used)
         left = float(b.tallest) + b.full_free - v.excursion_bytes - rate * (now - b.full_t)
         return replace(v, eta_seconds=max(0.0, left) / rate, leak_bytes_per_second=rate)
-    b.full_t = None
     top = max(used, v.floor_bytes + v.excursion_bytes)
     return replace(v, eta_seconds=max(0.0, cap - top) / rate, leak_bytes_per_second=rate)
 
@@ -276,6 +275,8 @@ class CardCurve:
         elif st.oom_since is not None and now - st.oom_last > cfg.confirm_gap_s:
             st.oom_since = None  # one odd evaluation does not restart the confirmation
         b = st.busy
+        if b is not None and v.floor_bytes < cfg.no_headroom_fraction * cap:
+            b.full_t = None  # below the top: a later return to it fills the card anew (`_forecast` counts from it)
         leak_due = False  # the leak verdict has held its own confirmation (or the first forecast pages)
         if v.leak:
             if st.leak_since is None:
