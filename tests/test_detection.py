@@ -244,6 +244,32 @@ def test_score_counts_an_alert_fired_again_soon_as_a_flap_unless_an_oom_came_bet
     assert r["refires"] == 1 and any("fired again on GPU 0 at 1700 s, 100 s after" in n for n in r["notes"])
 
 
+@pytest.mark.parametrize(
+    "name", ["crash_loop_v0_tp2_a100", "crash_loop_v0_tp2_a100#10", "crash_loop_tp4_one_rank_h100"]
+)
+def test_an_imbalance_is_told_once_per_server_life_while_ranks_leak(name):
+    """One rank leaking beside a flat peer is an imbalance, told once. A rank leaks once its leak warning has
+    held its confirmation, not on one evaluation's verdict (which flickers at a trend's edge), and only beside a
+    peer that has not leaked in this server's life: where every rank leaks (the TP=2 loop), their warnings
+    confirm one after another and one may lapse at the top. The tree before told it again minutes later within
+    one server's life: in both loops, three times in the TP=2 loop's draw 10."""
+    r = D.run_one(name)
+    assert "error" not in r
+    again = [n for n in r["notes"] if n.startswith("GPUMemoryImbalance fired again")]
+    assert not again, again
+
+
+def test_a_sawtooths_spike_risk_rises_from_its_trough_and_is_told_once():
+    """An empty_cache sawtooth on an A10 (45 s cycles whose peaks grow 3 GiB an hour until one does not fit):
+    the floor of the last 10 s is the cycle's own climb near a peak and its trough near a release, so the floor
+    plus the tallest transient rose and fell with the cycle's phase, and the tree before told the spike risk
+    five times in 14 minutes. From the cycle's trough, or at its own peak, it is told once, before the OOM."""
+    truth, trans, *_ = D._replay("growing_peaks_a10")
+    oom = next(e["oom"] for e in truth["episodes"] if e["oom"] is not None)
+    spikes = [f for f in D.firing_episodes(trans) if f["alert"] == D.SPIKE]
+    assert len(spikes) == 1 and spikes[0]["start"] < oom, (spikes, oom)
+
+
 def test_score_slow_leak_deadline_and_strays():
     truth = _truth([_leak(600, None, deadline=3600)], [{"gpu": 1, "pid": 42, "t": 10}], duration=86400)
     r = D.score(truth, [_tr(4000, D.LEAK), _tr(30, D.STRAY, gpu="1", pid=42)], HEADER)

@@ -41,7 +41,8 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   engine that is configured and not answering yet is still loading: no urgency before its budget line.
 - Spike risk: the tallest transient given back in the last `spike_window_s` against the free memory above
   the floor, with a relative and an absolute margin. Transients of a start (the profile run) and memory
-  given back by an exiting process are not counted.
+  given back by an exiting process are not counted. On a card that cycles, a transient rises from the cycle's
+  trough, or is the cycle's own peak (`_spike_top`).
 """
 
 from __future__ import annotations
@@ -229,6 +230,21 @@ class CardJudge:
         tallest = self.excursions[0][1] if self.excursions else 0.0
         return (tallest if tallest >= thr else 0.0), tallest
 
+    def _spike_top(
+        self, now: float, t: np.ndarray, mn: np.ndarray, floor: float, peak: float, tallest: float, cyclic: bool
+    ) -> float:
+        """Where the next transient as tall as the tallest lately would reach: on the floor now. On a card that
+        cycles longer than the floor's window (an empty_cache sawtooth), the floor of the last 10 s is the
+        cycle's own climb near a peak and its trough near a release, so that sum rises and falls with the
+        cycle's phase: there the transient rises from the cycle's trough (the least reading of its last period,
+        as far back as the finest history reaches), and the cycle's own peak (the highest reading of
+        `spike_window_s`, a transient on the climb) is where it has reached."""
+        period = self._period() if cyclic else 0.0
+        if period <= self.cfg.floor_window_s:
+            return floor + tallest
+        trough = float(mn[int(np.searchsorted(t, now - period)) :].min())
+        return max(trough + tallest, peak)
+
     def _period(self) -> float:
         """The card's cycle: the median gap between its releases when they repeat (three or more, their
         gaps' coefficient of variation within `cycle_regularity`); 0 for releases at irregular gaps
@@ -356,12 +372,12 @@ class CardJudge:
             regime_start=lc.loaded_at,
             releases=len(self.releases),
         )
+        cyclic = len(self.releases) >= 2 and now - self.releases[-1] < 3 * max(self._period(), cfg.floor_window_s)
         spike_risk = False
         if lc.phase == "serving" and tallest > 0:
             margin = max(cfg.spike_margin * tallest, float(cfg.spike_margin_bytes))
-            spike_risk = floor + tallest + margin >= cap
+            spike_risk = self._spike_top(now, t, mn, floor, peak, tallest, cyclic) + margin >= cap
         base.update(spike_height_bytes=tallest, excursion_bytes=excursion, spike_risk=spike_risk)
-        cyclic = len(self.releases) >= 2 and now - self.releases[-1] < 3 * max(self._period(), cfg.floor_window_s)
 
         if lc.phase == "starting":
             return self._start_verdict(now, hist, t, mn, lc, cap, total, used, floor, tallest, engine_loading, base)

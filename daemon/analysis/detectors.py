@@ -375,7 +375,10 @@ class Imbalance:
             )
             if not just_left:
                 idle = phase == "idle" or used < cfg.idle_fraction * cap  # a bare CUDA context is idle
-                loads.append(CardLoad(str(idx), used, cap, group, idle, st.verdict.leak))
+                # a rank leaks once its warning's confirmation has held, not on one evaluation's verdict: a trend
+                # at its edge flickers, and on ranks that all leak it flickers on one while the others lag
+                leaked = st.busy is not None and st.busy.leak_confirmed
+                loads.append(CardLoad(str(idx), used, cap, group, idle, st.leak_due or st.alloc_leak_due, leaked))
         return [
             Detection(*findings.imbalance(imb, now))
             for imb in find_imbalance(loads, cfg.imbalance_fraction, cfg.busy_fraction)

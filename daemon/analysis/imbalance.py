@@ -17,7 +17,8 @@ class CardLoad:
     capacity_bytes: float
     group: str | None  # server the card belongs to (None: no process seen)
     idle: bool
-    leak: bool = False
+    leak: bool = False  # its leak warning has held its confirmation (not one evaluation's verdict)
+    leaked: bool = False  # ... now or before, in this server's life (a rank that leaks too is no flat peer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,9 @@ def find_imbalance(cards: list[CardLoad], spread_fraction: float, busy_fraction:
         fr = [m.used_bytes / m.capacity_bytes for m in members]
         hi, lo = max(range(len(fr)), key=fr.__getitem__), min(range(len(fr)), key=fr.__getitem__)
         leaking = tuple(m.gpu for m in members if m.leak)
-        one_rank_leaks = bool(leaking) and len(leaking) < len(members)
+        # beside a peer that never leaked: where every rank leaks, their warnings confirm one after another and
+        # one may lapse at the top, which would tell the same server's imbalance again and again
+        one_rank_leaks = bool(leaking) and any(not (m.leak or m.leaked) for m in members)
         if fr[hi] - fr[lo] > spread_fraction or one_rank_leaks:
             out.append(
                 Imbalance(
