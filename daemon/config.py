@@ -267,7 +267,10 @@ class AnalysisConfig:
     trend_step_share: float = 0.5  # one block-to-block rise carrying more than this of the growth is a step
     trend_late_share: float = 0.15  # growth must still show in the window's last third ...
     trend_decel: float = 0.25  # ... and the second half's slope be at least this of the first half's
-    floor_window_s: float = 10.0  # the floor now: least used over this (a trough of a short cycle)
+    floor_window_s: float = 10.0  # the floor now: least used over this (a trough of a short cycle) ...
+    floor_min_readings: int = 5  # ... and over at least this many readings: read every 5 s, 10 s are two readings,
+    # each mid-transient as often as not on a server without a pool (one pass in flight half the time): both are,
+    # one time in four; all five, one time in 32
     leak_min_bytes: int = 128 << 20  # less growth is no leak worth a warning (a 30 MB/h leak passes it in 4 h)
     cycle_regularity: float = 0.5  # releases whose gaps vary by more than this (coefficient of variation) are
     # no repeating cycle (a sawtooth's empty_cache is periodic: CV ~0.1; transients come as a Poisson process: 1);

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import synth
-from conftest import example
+from conftest import example, shared
 from oomwatch.analysis.analyzer import Analyzer
 from oomwatch.analysis.trend import floor_trend, theil_sen
 from oomwatch.config import PAGE_CLEAR_S, AnalysisConfig
@@ -82,6 +82,28 @@ def test_spike_risk_before_the_final_spike():
     _, trans = run_trace("spike")
     t = fired(trans, "GPUMemorySpikeRisk", "0")
     assert t and t[0] < oom
+
+
+def test_transients_read_once_a_second_are_still_transients():
+    """A recorder at 1 Hz (or a scrape) gives each evaluation one reading: the card moves between readings,
+    not within one. The real `rising_peaks` (a transient every 4 s, each 7% of the card taller than the last,
+    all given back, until one does not fit), read once a second, must have its transients seen and the
+    spike risk told before the OOM, as at 20 Hz (the tree before saw none after its first 15 s of serving)."""
+    path = shared("traces", "rising_peaks.jsonl")
+    with open(path) as f:
+        oom = next(json.loads(line)["t"] for line in f if '"event": "oom"' in line)
+    h, recs = read_trace(path)
+    a, trans, last = Analyzer(h.gpus), [], -1.0
+    for _, r in recs:
+        if isinstance(r, Sample):
+            if r.t - last < 1.0:
+                continue
+            last = r.t
+            trans += a.add_sample(r)
+        else:
+            a.add_proc(r)
+    t = fired(trans, "GPUMemorySpikeRisk", "0") + fired(trans, "GPUOOMImminent", "0")
+    assert t and min(t) < oom, (t, oom)
 
 
 def test_stray_and_imbalance_from_traces():

@@ -270,6 +270,18 @@ def test_a_sawtooths_spike_risk_rises_from_its_trough_and_is_told_once():
     assert len(spikes) == 1 and spikes[0]["start"] < oom, (spikes, oom)
 
 
+def test_a_busy_hour_near_the_top_warns_of_spikes_once_an_afternoon():
+    """A server without a pool on an A10 (22 GiB), read every 5 s, whose daily load takes it to ~94% at the busy
+    hour, with transients of up to 1 GiB: one a quarter taller than the tallest would not fit, so
+    GPUMemorySpikeRisk is told, once an afternoon, not again each time the floor wanders or the tallest of the
+    window expires. The tree before saw no transient at all at one reading an evaluation (no warning); seeing
+    them, with no hysteresis, it resolved and fired again three times."""
+    truth, trans, *_ = D._replay("daily_cycle_hf_a10#13")
+    spikes = [f for f in D.firing_episodes(trans) if f["alert"] == D.SPIKE]
+    assert 1 <= len(spikes) <= 3, spikes  # three afternoons
+    assert D.refires(spikes, []) == []
+
+
 def test_score_slow_leak_deadline_and_strays():
     truth = _truth([_leak(600, None, deadline=3600)], [{"gpu": 1, "pid": 42, "t": 10}], duration=86400)
     r = D.score(truth, [_tr(4000, D.LEAK), _tr(30, D.STRAY, gpu="1", pid=42)], HEADER)

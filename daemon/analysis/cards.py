@@ -60,6 +60,8 @@ class GpuState:
     last_leak_t: float | None = None
     quiet_lo: float = float("inf")  # range of used bytes since the last evaluation
     quiet_hi: float = float("-inf")
+    eval_used: float | None = None  # the reading the last evaluation saw (the range starts from it) ...
+    eval_t: float = 0.0  # ... and when
 
     @property
     def busy_since(self) -> float | None:

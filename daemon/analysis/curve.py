@@ -42,7 +42,10 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
 - Spike risk: the tallest transient given back in the last `spike_window_s` against the free memory above
   the floor, with a relative and an absolute margin. Transients of a start (the profile run) and memory
   given back by an exiting process are not counted. On a card that cycles, a transient rises from the cycle's
-  trough, or is the cycle's own peak (`_spike_top`).
+  trough, or is the cycle's own peak (`_spike_top`); a risk seen holds until the next transient would miss the
+  card by a whole margin (hysteresis, as the page's).
+- The floor now is the least reading of the last `floor_window_s`, and of at least `floor_min_readings`
+  readings: read every few seconds, a window of 10 s may hold only readings taken mid-transient.
 """
 
 from __future__ import annotations
@@ -167,6 +170,7 @@ class CardJudge:
         "full_t",
         "alpha",
         "period_of",
+        "spiking",
     )
 
     def __init__(self, cfg: AnalysisConfig):
@@ -178,18 +182,20 @@ class CardJudge:
         self.releases: deque[float] = deque()  # replaced by the card's lifecycle release times in judge()
         self.shape_prev = "idle"
         self.last: CurveVerdict | None = None  # the last verdict, reused while nothing moves
-        self.moved_t = -math.inf  # the last evaluation whose range of used bytes was not quiet
+        self.moved_t = -math.inf  # the last evaluation whose memory moved more than the quiet range
         self.start_due = -math.inf  # the start's trend is re-tested this often (its span / trend_cadence)
         self.start_v: Trend | None = None  # the start's last trend test
         self.start_past: Trend | None = None  # ... and of its climb past a declared budget's line
         self.full_t = -math.inf  # the last full judgement
         self.period_of: tuple[tuple[int, float, float], float] = ((0, 0.0, 0.0), 0.0)  # (releases' key, period)
+        self.spiking = False  # the last full verdict saw spike risk (it holds to a wider margin, see `_judge`)
 
     def reset(self) -> None:
         self.trends.clear()
         self.due.clear()
         self.excursions.clear()
         self.start_due, self.start_v, self.start_past = -math.inf, None, None
+        self.spiking = False
 
     # ---- pieces --------------------------------------------------------------------------------
     def _transients(
@@ -326,8 +332,8 @@ class CardJudge:
         engine_loading: bool,
         moved: float = math.inf,
     ) -> CurveVerdict:
-        """`moved`: the range of used bytes since the last evaluation. A serving card whose memory did not move,
-        whose last verdict was calm and whose trend windows are not due keeps that verdict (O(1))."""
+        """`moved`: the range of used bytes since the reading the last evaluation saw. A serving card whose memory
+        did not move, whose last verdict was calm and whose trend windows are not due keeps that verdict (O(1))."""
         cfg = self.cfg
         if moved >= cfg.quiet_fraction * cap:
             self.moved_t = now
@@ -359,8 +365,8 @@ class CardJudge:
         if lc.phase == "idle":
             self.reset()
             return _idle(used, cap)
-        j = int(np.searchsorted(t, now - cfg.floor_window_s))
-        floor = float(mn[j:].min()) if j < len(t) else used
+        j = min(int(np.searchsorted(t, now - cfg.floor_window_s)), max(0, len(t) - cfg.floor_min_readings))
+        floor = float(mn[j:].min())
         peak = float(mx[int(np.searchsorted(t, now - cfg.spike_window_s)) :].max())
         tallest, excursion = self._transients(now, t, mn, mx, lc, cap)
         headroom = max(0.0, cap - floor)
@@ -376,7 +382,14 @@ class CardJudge:
         spike_risk = False
         if lc.phase == "serving" and tallest > 0:
             margin = max(cfg.spike_margin * tallest, float(cfg.spike_margin_bytes))
-            spike_risk = self._spike_top(now, t, mn, floor, peak, tallest, cyclic) + margin >= cap
+            # Hysteresis (as the page's): a risk seen holds until the next transient would miss the card by a
+            # whole margin. A busy hour's floor wanders by about that much, and the tallest of the window changes
+            # as transients come and go: at one margin the warning would resolve and fire again all afternoon.
+            spike_risk = (
+                self._spike_top(now, t, mn, floor, peak, tallest, cyclic) + margin * (2.0 if self.spiking else 1.0)
+                >= cap
+            )
+        self.spiking = spike_risk
         base.update(spike_height_bytes=tallest, excursion_bytes=excursion, spike_risk=spike_risk)
 
         if lc.phase == "starting":
