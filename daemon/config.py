@@ -271,6 +271,13 @@ class AnalysisConfig:
     floor_min_readings: int = 5  # ... and over at least this many readings: read every 5 s, 10 s are two readings,
     # each mid-transient as often as not on a server without a pool (one pass in flight half the time): both are,
     # one time in four; all five, one time in 32
+    # The floor a transient is stacked on (the page's envelope, the spike risk) spans at least this many readings:
+    # where every one of them was taken mid-transient, that transient is counted twice and the envelope passes the
+    # card at once. At one pass in flight half the time that is 2^-N an evaluation: five readings were all caught
+    # once in three days at a busy hour read every 5 s (a false page); twenty, once in two months of such readings
+    # (2^20 x 5 s) at worst. The floor itself keeps its five: stretched to twenty it lags a climb read once a
+    # second by 20 s, and a start that leaks from its birth is paged that much later.
+    envelope_min_readings: int = 20
     leak_min_bytes: int = 128 << 20  # less growth is no leak worth a warning (a 30 MB/h leak passes it in 4 h)
     cycle_regularity: float = 0.5  # releases whose gaps vary by more than this (coefficient of variation) are
     # no repeating cycle (a sawtooth's empty_cache is periodic: CV ~0.1; transients come as a Poisson process: 1);

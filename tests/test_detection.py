@@ -282,6 +282,16 @@ def test_a_busy_hour_near_the_top_warns_of_spikes_once_an_afternoon():
     assert D.refires(spikes, []) == []
 
 
+def test_a_floor_read_every_5s_is_not_raised_by_a_run_of_transients():
+    """The same server on another draw: at one busy hour five readings in a row (25 s) caught forward passes,
+    so the floor of five readings stood 0.64 GiB above the card's floor; with the tallest transient on top,
+    the envelope was past the card and GPUOOMImminent fired at once. The floor now spans twenty readings."""
+    truth, trans, *_ = D._replay("daily_cycle_hf_a10#18")
+    assert not [e for e in truth["episodes"] if e.get("oom") is not None]  # healthy: no OOM to page
+    pages = [f for f in D.firing_episodes(trans) if f["alert"] == D.PAGE]
+    assert pages == [], pages
+
+
 def test_score_slow_leak_deadline_and_strays():
     truth = _truth([_leak(600, None, deadline=3600)], [{"gpu": 1, "pid": 42, "t": 10}], duration=86400)
     r = D.score(truth, [_tr(4000, D.LEAK), _tr(30, D.STRAY, gpu="1", pid=42)], HEADER)

@@ -45,7 +45,9 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   trough, or is the cycle's own peak (`_spike_top`); a risk seen holds until the next transient would miss the
   card by a whole margin (hysteresis, as the page's).
 - The floor now is the least reading of the last `floor_window_s`, and of at least `floor_min_readings`
-  readings: read every few seconds, a window of 10 s may hold only readings taken mid-transient.
+  readings: read every few seconds, a window of 10 s may hold only readings taken mid-transient. The floor a
+  transient is stacked on (the page's envelope, the spike risk) spans at least `envelope_min_readings`: a
+  floor read mid-transient there counts that transient twice.
 """
 
 from __future__ import annotations
@@ -237,9 +239,10 @@ class CardJudge:
         return (tallest if tallest >= thr else 0.0), tallest
 
     def _spike_top(
-        self, now: float, t: np.ndarray, mn: np.ndarray, floor: float, peak: float, tallest: float, cyclic: bool
+        self, now: float, t: np.ndarray, mn: np.ndarray, under: float, peak: float, tallest: float, cyclic: bool
     ) -> float:
-        """Where the next transient as tall as the tallest lately would reach: on the floor now. On a card that
+        """Where the next transient as tall as the tallest lately would reach: on the floor it stacks on (`under`,
+        the floor over at least `envelope_min_readings`). On a card that
         cycles longer than the floor's window (an empty_cache sawtooth), the floor of the last 10 s is the
         cycle's own climb near a peak and its trough near a release, so that sum rises and falls with the
         cycle's phase: there the transient rises from the cycle's trough (the least reading of its last period,
@@ -247,7 +250,7 @@ class CardJudge:
         `spike_window_s`, a transient on the climb) is where it has reached."""
         period = self._period() if cyclic else 0.0
         if period <= self.cfg.floor_window_s:
-            return floor + tallest
+            return under + tallest
         trough = float(mn[int(np.searchsorted(t, now - period)) :].min())
         return max(trough + tallest, peak)
 
@@ -365,8 +368,9 @@ class CardJudge:
         if lc.phase == "idle":
             self.reset()
             return _idle(used, cap)
-        j = min(int(np.searchsorted(t, now - cfg.floor_window_s)), max(0, len(t) - cfg.floor_min_readings))
-        floor = float(mn[j:].min())
+        j = int(np.searchsorted(t, now - cfg.floor_window_s))
+        floor = float(mn[min(j, max(0, len(t) - cfg.floor_min_readings)) :].min())
+        under = float(mn[min(j, max(0, len(t) - cfg.envelope_min_readings)) :].min())  # what a transient stacks on
         peak = float(mx[int(np.searchsorted(t, now - cfg.spike_window_s)) :].max())
         tallest, excursion = self._transients(now, t, mn, mx, lc, cap)
         headroom = max(0.0, cap - floor)
@@ -386,14 +390,16 @@ class CardJudge:
             # whole margin. A busy hour's floor wanders by about that much, and the tallest of the window changes
             # as transients come and go: at one margin the warning would resolve and fire again all afternoon.
             spike_risk = (
-                self._spike_top(now, t, mn, floor, peak, tallest, cyclic) + margin * (2.0 if self.spiking else 1.0)
+                self._spike_top(now, t, mn, under, peak, tallest, cyclic) + margin * (2.0 if self.spiking else 1.0)
                 >= cap
             )
         self.spiking = spike_risk
         base.update(spike_height_bytes=tallest, excursion_bytes=excursion, spike_risk=spike_risk)
 
         if lc.phase == "starting":
-            return self._start_verdict(now, hist, t, mn, lc, cap, total, used, floor, tallest, engine_loading, base)
+            return self._start_verdict(
+                now, hist, t, mn, lc, cap, total, used, floor, under + tallest, engine_loading, base
+            )
         if lc.phase != "serving":
             return CurveVerdict(self.shape_prev if self.shape_prev != "idle" else "stable", **base)
 
@@ -417,7 +423,7 @@ class CardJudge:
             levelled, tr = tr, None
         if tr is not None:
             steps = tr.rising_blocks
-            ref = max(used, floor + excursion)
+            ref = max(used, under + excursion)
             recent = min(tr.slope, self._recent_slope(tr, hist, now))
             eta = max(0.0, (cap - ref) / recent) if recent > 0 else math.inf
             eta_lo = max(0.0, (cap - ref) / tr.slope_lo)
@@ -766,7 +772,7 @@ class CardJudge:
         total: float,
         used: float,
         floor: float,
-        tallest: float,
+        envelope: float,
         engine_loading: bool,
         base: dict[str, Any],
     ) -> CurveVerdict:
@@ -810,7 +816,7 @@ class CardJudge:
         held = float(mn[int(np.searchsorted(t, now - cfg.eval_interval_s)) :].min())
         jump = used - held
         pool_jump = jump >= cfg.dominant_fraction * cap and jump >= cfg.dominant_factor * lc.max_jump
-        ref = max(held if pool_jump else used, floor + tallest)
+        ref = max(held if pool_jump else used, envelope)
         eta = max(0.0, (cap - ref) / tr.slope)
         eta_lo = max(0.0, (cap - ref) / tr.slope_lo)
         lasted = now - (tr.since if tr.since is not None else t0)
