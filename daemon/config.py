@@ -303,6 +303,8 @@ class AnalysisConfig:
     quiet_recheck_s: float = 30.0  # a quiet serving card is judged in full at least this often
     quiet_fraction: float = 0.002  # used bytes moving less than this (of capacity) between evaluations is quiet
     transient_scan_s: float = 15.0  # transients are looked for in this recent stretch at each evaluation
+    transient_min_readings: int = 3  # ... which must hold this many: a transient is a reading above the floor on
+    # both sides (a card read once a scrape step, 15-60 s, has one or two there and no transient is looked for)
     oom_for_fraction: float = 0.15  # GPUOOMImminent confirms for this share of its ETA (wait longer when far)
     oom_for_max_s: float = 60.0  # ... but never longer than this
     leak_for_fraction: float = 0.25  # GPUMemoryLeak confirms for this share of its ETA (a cycle's ramp gives back) ...

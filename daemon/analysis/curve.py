@@ -214,11 +214,11 @@ class CardJudge:
         cfg = self.cfg
         thr = max(cfg.transient_fraction * cap, float(cfg.transient_min_bytes))
         exiting = lc.phase == "exiting" or (lc.exit_t is not None and now - lc.exit_t < cfg.exit_grace_s)
-        if len(t) >= 3 and not exiting and now - self.moved_t <= cfg.transient_scan_s:
+        if len(t) >= cfg.transient_min_readings and not exiting and now - self.moved_t <= cfg.transient_scan_s:
             i = int(np.searchsorted(t, now - cfg.transient_scan_s))
             if lc.start_t is not None:
                 i = max(i, int(np.searchsorted(t, lc.start_t)))
-            if len(t) - i >= 3:
+            if len(t) - i >= cfg.transient_min_readings:
                 # Above the floor on both sides: the least held after it (what was never given back) and the
                 # least held before it in the scan. Kept memory released for good (a worker that outlived its
                 # crashed server drops its KV pool) falls below the floor before it: a release, no transient.

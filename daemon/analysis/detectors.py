@@ -237,9 +237,10 @@ class CardCurve:
         # How far memory moved since the reading the last evaluation saw: read once an evaluation or slower (a
         # 1 Hz recorder, a reading every 5 s), the range within one evaluation is one reading, and a card that
         # jumps by gigabytes between readings would look quiet and have no transient looked for. Only where the
-        # transient scan still holds three readings: at a scrape's step it holds one or two and sees none, and
-        # a reading off the last verdict's floor re-judges the card anyway (`curve.moved_floor`).
-        prev = st.eval_used if st.eval_used is not None and 2 * (now - st.eval_t) <= cfg.transient_scan_s else lo
+        # transient scan still holds `transient_min_readings`: at a scrape's step it holds one or two and sees
+        # none, and a reading off the last verdict's floor re-judges the card anyway (`curve.moved_floor`).
+        steps = cfg.transient_min_readings - 1  # the gaps between that many readings
+        prev = st.eval_used if st.eval_used is not None and steps * (now - st.eval_t) <= cfg.transient_scan_s else lo
         moved = max(hi, prev) - min(lo, prev)
         st.quiet_lo, st.quiet_hi, st.eval_used, st.eval_t = float("inf"), float("-inf"), used, now
         procs_here = st.sample.procs if st.sample else ()
