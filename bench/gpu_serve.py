@@ -49,6 +49,10 @@ once a second with the daemon's own reader (`oomwatch.sources.allocator.Allocato
   back where NVML sees it, at the top of the card. Healthy: passes of hundreds of MB that must not page.
 - m `full_leak_freed`: l, and after a warm-up every k-th batch's output is kept, until a real CUDA OOM: a
   slow leak under forward passes that come and go (the page's envelope is the floor plus the next pass).
+- n `sleep`: generate() serving, then sleep and wake three times, as vLLM's sleep mode level 1 does in its own
+  process: the weights go to host memory and the cache is given back (`model.to("cpu")`, `empty_cache`), the
+  card sits near empty for a while, then the weights come back (`model.to("cuda")`) and serving resumes.
+  Healthy: the same process climbs back to a level it held and gave back.
 The server writes its phases (monotonic clock) to a side file; the script merges them into the trace as
 annotations (`phase`, `oom`; header `scenario`, `expect`, `note`), which replay never reads. Then
 `oomwatch replay TRACE --json` runs on each trace (as recorded, and with its alloc lines removed) and
@@ -185,6 +189,14 @@ SCENARIOS = {
         "note": "serve_full_freed's server, and after a warm-up the app keeps every k-th batch's generate() output in "
         "a list, until a real CUDA OOM minutes later: a slow leak into the last few GB under forward passes that NVML "
         "sees come and go",
+    },
+    "n": {
+        "name": "sleep",
+        "expect": {"shape": {"0": ["stable", "spike", "sawtooth"]}, "leak": False, "oom": False},
+        "note": "healthy: generate() serving, then three sleep/wake cycles in the same process, as vLLM's sleep mode "
+        "level 1: the weights move to host memory and the cache is given back (model.to('cpu'), gc, "
+        "torch.cuda.empty_cache()), the card sits near empty, then the weights come back (model.to('cuda')) and "
+        "serving resumes",
     },
 }
 
@@ -556,6 +568,26 @@ class Server:
             del out
             self.log_batch(batch, secs, adapter=aid, loaded=loaded, adapters=len(lora.adapters), lora_bytes=lora.nbytes)
 
+    def serve_sleep(self, model, stream: Stream) -> None:
+        """Serve `a.seconds`, then `a.cycles` times: sleep (weights to host memory, cache given back) for
+        `a.period` s, wake (weights back on the card), serve `a.seconds` again."""
+        torch, a = self.torch, self.a
+        self.serve_generate(model, a.seconds, stream)
+        for n in range(a.cycles):
+            self.ev.phase("sleep", n=n)
+            model.to("cpu")
+            gc.collect()
+            torch.cuda.empty_cache()
+            self.ev.phase("asleep", n=n, reserved=int(torch.cuda.memory_reserved()))
+            time.sleep(a.period)
+            self.ev.phase("wake", n=n)
+            model.to("cuda")
+            torch.cuda.synchronize()
+            self.ev.phase("awake", n=n, reserved=int(torch.cuda.memory_reserved()))
+            stream.queue.clear()  # requests that came while asleep were turned away
+            stream.next = time.monotonic() + self.rng.expovariate(stream.rate)
+            self.serve_generate(model, a.seconds, stream)
+
     # ---- scenarios -------------------------------------------------------------------------------
     def run(self) -> int:
         a = self.a
@@ -606,6 +638,8 @@ class Server:
             elif a.serve in ("e", "f"):
                 self.serve_waves(model, a.seconds, stream, leak_from=1 if a.serve == "f" else None)
                 self.ev.phase("no_oom", kept_bytes=self.kept_bytes)
+            elif a.serve == "n":
+                self.serve_sleep(model, stream)
             elif a.serve == "d":
                 self.serve_generate(model, a.seconds * 0.3, stream)
                 self.ev.phase("swap_load")
@@ -1123,6 +1157,8 @@ def main() -> int:
     ap.add_argument("--pad-free-gb-jk", type=float, default=4, help="j, k: GB left free (a small card at 95%%)")
     ap.add_argument("--target-k", type=float, default=180, help="k: seconds from leak onset to OOM to aim at")
     ap.add_argument("--seconds-l", type=float, default=120)
+    ap.add_argument("--seconds-n", type=float, default=40, help="n: serving between sleeps")
+    ap.add_argument("--sleep-n", type=float, default=20, help="n: how long each sleep lasts")
     ap.add_argument("--target-m", type=float, default=240, help="m: seconds from leak onset to OOM to aim at")
     # the server's own flags
     ap.add_argument("--serve", help=argparse.SUPPRESS)
@@ -1138,6 +1174,7 @@ def main() -> int:
     ap.add_argument("--period", type=float, default=40, help=argparse.SUPPRESS)
     ap.add_argument("--keep-every", type=int, default=3, help=argparse.SUPPRESS)
     ap.add_argument("--peak-tokens", type=int, default=40960, help=argparse.SUPPRESS)
+    ap.add_argument("--cycles", type=int, default=3, help=argparse.SUPPRESS)
     ap.add_argument("--max-n", type=int, default=8, help=argparse.SUPPRESS)
     ap.add_argument("--empty-each", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--budget-tokens", type=int, default=16384, help=argparse.SUPPRESS)
@@ -1213,6 +1250,10 @@ def main() -> int:
     plan["k"] = (["--seconds", "600", "--warm", "40", "--target", str(a.target_k), *small], None)
     plan["l"] = (["--seconds", str(a.seconds_l), "--empty-each", *small], a.seconds_l + 90)
     plan["m"] = (["--seconds", "600", "--warm", "30", "--target", str(a.target_m), "--empty-each", *small], None)
+    plan["n"] = (
+        ["--seconds", str(a.seconds_n), "--period", str(a.sleep_n), "--rate", "3"],
+        4 * a.seconds_n + 3 * a.sleep_n + 150,
+    )
     if a.no_cudnn_c:
         SCENARIOS["c"]["note"] += " (cuDNN's SDPA turned off, torch.backends.cuda.enable_cudnn_sdp(False))"
     for key in a.only.split(","):

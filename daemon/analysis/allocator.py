@@ -140,7 +140,12 @@ def judge(
             a_rise = slope * float(tw[-1] - tw[0])
             jumps = np.diff(fw)
             one_off = float(jumps.max()) > cfg.leak_max_jump_fraction * a_rise if a_rise > 0 else True
-            if a_rise >= cfg.leak_min_bytes and kendall_tau(tw, fw) >= cfg.leak_min_tau and not one_off:
+            if (
+                a_rise >= cfg.leak_min_bytes
+                and kendall_tau(tw, fw) >= cfg.leak_min_tau
+                and not one_off
+                and not _returns(floor[(t >= settled_at) & (t < tw[0])], fw, cfg)
+            ):
                 leak, rate = True, slope
                 rising = np.nonzero(jumps > 0)[0]
                 since = float(tw[rising[0]]) if len(rising) else float(tw[0])
@@ -168,6 +173,17 @@ def judge(
         inactive_split_bytes=int(split or 0),
         settled_at=settled_at,
     )
+
+
+def _returns(before: np.ndarray, fw: np.ndarray, cfg: AllocatorConfig) -> bool:
+    """Is a window's rise a return to a level these live tensors held before and gave back? Seasonality, as
+    the curve's: the weights of a server that slept and woke (vLLM's sleep mode: to host memory and back), a
+    batch that drained and came back. Only growth past that earlier level, by a leak's least rise, is new."""
+    if not len(before):
+        return False
+    held = float(before.max())
+    gave_back = held - float(fw[0]) >= cfg.leak_min_bytes
+    return gave_back and float(fw[-1]) - held < cfg.leak_min_bytes
 
 
 def _live_rise(rows: Sequence[tuple[Any, ...]], v: Any, av: AllocVerdict, cfg: AllocatorConfig) -> float:
