@@ -270,7 +270,7 @@ class AnalysisConfig:
     floor_window_s: float = 10.0  # the floor now: least used over this (a trough of a short cycle) ...
     floor_min_readings: int = 5  # ... and over at least this many readings: read every 5 s, 10 s are two readings,
     # each mid-transient as often as not on a server without a pool (one pass in flight half the time): both are,
-    # one time in four; all five, one time in 32
+    # one time in four; all five, one time in 32 (enough for the floor alone; a transient stacked on it needs more)
     # The floor a transient is stacked on (the page's envelope, the spike risk) spans at least this many readings:
     # where every one of them was taken mid-transient, that transient is counted twice and the envelope passes the
     # card at once. At one pass in flight half the time that is 2^-N an evaluation: five readings were all caught

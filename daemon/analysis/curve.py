@@ -150,6 +150,12 @@ def _cycle_extremes(
     return t[k].tolist(), mn[k].tolist(), highs.tolist()
 
 
+def _least_since(mn: np.ndarray, j: int, readings: int) -> float:
+    """The least reading from index `j` on, and over at least the last `readings` readings (a floor read every
+    few seconds must not rest on a handful taken mid-transient)."""
+    return float(mn[min(j, max(0, len(mn) - readings)) :].min())
+
+
 def _idle(used: float, cap: float) -> CurveVerdict:
     return CurveVerdict("idle", floor_bytes=used, peak_bytes=used, headroom_bytes=max(0.0, cap - used))
 
@@ -242,12 +248,12 @@ class CardJudge:
         self, now: float, t: np.ndarray, mn: np.ndarray, under: float, peak: float, tallest: float, cyclic: bool
     ) -> float:
         """Where the next transient as tall as the tallest lately would reach: on the floor it stacks on (`under`,
-        the floor over at least `envelope_min_readings`). On a card that
-        cycles longer than the floor's window (an empty_cache sawtooth), the floor of the last 10 s is the
-        cycle's own climb near a peak and its trough near a release, so that sum rises and falls with the
-        cycle's phase: there the transient rises from the cycle's trough (the least reading of its last period,
-        as far back as the finest history reaches), and the cycle's own peak (the highest reading of
-        `spike_window_s`, a transient on the climb) is where it has reached."""
+        the floor over at least `envelope_min_readings`). On a card that cycles longer than the floor's window
+        (an empty_cache sawtooth), the floor of the last 10 s is the cycle's own climb near a peak and its
+        trough near a release, so that sum rises and falls with the cycle's phase: there the transient rises
+        from the cycle's trough (the least reading of its last period, as far back as the finest history
+        reaches), and the cycle's own peak (the highest reading of `spike_window_s`, a transient on the climb)
+        is where it has reached."""
         period = self._period() if cyclic else 0.0
         if period <= self.cfg.floor_window_s:
             return under + tallest
@@ -369,8 +375,8 @@ class CardJudge:
             self.reset()
             return _idle(used, cap)
         j = int(np.searchsorted(t, now - cfg.floor_window_s))
-        floor = float(mn[min(j, max(0, len(t) - cfg.floor_min_readings)) :].min())
-        under = float(mn[min(j, max(0, len(t) - cfg.envelope_min_readings)) :].min())  # what a transient stacks on
+        floor = _least_since(mn, j, cfg.floor_min_readings)
+        under = _least_since(mn, j, cfg.envelope_min_readings)  # the floor a transient stacks on
         peak = float(mx[int(np.searchsorted(t, now - cfg.spike_window_s)) :].max())
         tallest, excursion = self._transients(now, t, mn, mx, lc, cap)
         headroom = max(0.0, cap - floor)
