@@ -16,6 +16,7 @@ import argparse
 import datetime
 import glob
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -239,51 +240,48 @@ def truth_of_recording(lines: list[dict]) -> dict:
     exp = head.get("expect") or {}
     samples = [r for r in rest if "gpus" in r and "t" in r]
     end = samples[-1]["t"] if samples else 0.0
-    leak_phase = next(
-        (
-            r["t"]
-            for r in rest
-            if r.get("event") == "phase" and (r.get("name") == "leak" or r.get("phase") == "leak_start")
-        ),
-        None,
-    )
+    leak_phases = [
+        r["t"]
+        for r in rest
+        if r.get("event") == "phase" and (r.get("name") == "leak" or r.get("phase") == "leak_start")
+    ]
     ooms = [r for r in rest if r.get("event") == "oom"]
     eps = []
     for g in head["gpus"]:
         i = g["index"]
-        first = next((r["t"] for r in samples for x in r["gpus"] if x["i"] == i and x.get("procs")), 0.0)
-        oom = next((r["t"] for r in ooms if int(r.get("gpu", 0)) == i), None)
         shape = (exp.get("shape") or {}).get(str(i))
         # a leaking card: its shape is a leak's, or the trace leaks and this card died of it or cycles on it
-        if shape in ("staircase", "ramp") or (exp.get("leak") and (oom is not None or shape == "sawtooth")):
-            onset = leak_phase if leak_phase is not None else first
+        mine = [r["t"] for r in ooms if int(r.get("gpu", 0)) == i]
+        leaking = shape in ("staircase", "ramp") or (exp.get("leak") and (mine or shape == "sawtooth"))
+        # one episode per OOM (a crash loop dies several times), each from the first onset since the one before
+        since = -math.inf
+        for oom in mine or [None]:
+            upto = math.inf if oom is None else oom
+            first = next(
+                (r["t"] for r in samples if since < r["t"] for x in r["gpus"] if x["i"] == i and x.get("procs")), 0.0
+            )
+            if leaking:
+                onset = min((t for t in leak_phases if since < t <= upto), default=first)
+                pattern = shape if shape in ("staircase", "ramp") else "leak"
+                kind, deadline = "leak", None if oom is not None else end - onset
+            elif oom is not None:
+                onset, pattern, kind, deadline = first, "spike", "spike", None
+            else:
+                break
             eps.append(
                 {
                     "gpu": i,
-                    "kind": "leak",
-                    "pattern": shape if shape in ("staircase", "ramp") else "leak",
+                    "kind": kind,
+                    "pattern": pattern,
                     "onset": onset,
                     "visible": onset,
                     "rate_bytes_per_second": None,
                     "end": oom,
                     "oom": oom,
-                    "deadline_s": None if oom is not None else end - onset,
+                    "deadline_s": deadline,
                 }
             )
-        elif oom is not None:
-            eps.append(
-                {
-                    "gpu": i,
-                    "kind": "spike",
-                    "pattern": "spike",
-                    "onset": first,
-                    "visible": first,
-                    "rate_bytes_per_second": None,
-                    "end": oom,
-                    "oom": oom,
-                    "deadline_s": None,
-                }
-            )
+            since = upto
     strays = []
     if exp.get("stray"):
         for r in rest:

@@ -53,6 +53,10 @@ once a second with the daemon's own reader (`oomwatch.sources.allocator.Allocato
   process: the weights go to host memory and the cache is given back (`model.to("cpu")`, `empty_cache`), the
   card sits near empty for a while, then the weights come back (`model.to("cuda")`) and serving resumes.
   Healthy: the same process climbs back to a level it held and gave back.
+- o `restart_leak`: a crash loop: c's server dies of a real CUDA OOM and a new server process (a new PID)
+  starts 5 s later into the same leak, to a second real OOM: two starts and two leaks on one card.
+- p `restart`: a rolling update: a's server exits after serving and a new server process starts 5 s later,
+  loads the model again and serves. Healthy: a second start beside the history of the first.
 The server writes its phases (monotonic clock) to a side file; the script merges them into the trace as
 annotations (`phase`, `oom`; header `scenario`, `expect`, `note`), which replay never reads. Then
 `oomwatch replay TRACE --json` runs on each trace (as recorded, and with its alloc lines removed) and
@@ -198,11 +202,28 @@ SCENARIOS = {
         "torch.cuda.empty_cache()), the card sits near empty, then the weights come back (model.to('cuda')) and "
         "serving resumes",
     },
+    "o": {
+        "name": "restart_leak",
+        "expect": {"shape": {"0": "staircase"}, "leak": True, "oom": True},
+        "note": "a crash loop: serve_leak's server (a pre-filled card, every k-th batch's output kept after a warm-up) "
+        "dies of a real CUDA OOM, and a new server process starts 5 s later into the same leak, to a second real OOM",
+        "runs": 2,
+    },
+    "p": {
+        "name": "restart",
+        "expect": {"shape": {"0": "stable"}, "leak": False, "oom": False},
+        "note": "healthy: serve_generate's server exits after serving (a rolling update), and a new server process "
+        "starts 5 s later on the same card, loads the model again and serves",
+        "runs": 2,
+    },
 }
 
+#: How long a restarted server waits after the last one exited (a supervisor's back-off).
+RESTART_BACKOFF_S = 5.0
+
 #: Scenarios served as another's server does, with other flags (j and k: a and c on a nearly full card; l and m:
-#: j and k with `empty_cache()` after every batch).
-SERVES_AS = {"j": "a", "k": "c", "l": "a", "m": "c"}
+#: j and k with `empty_cache()` after every batch; o and p: c and a, restarted once as a new process).
+SERVES_AS = {"j": "a", "k": "c", "l": "a", "m": "c", "o": "c", "p": "a"}
 
 
 # =================================================================================================
@@ -899,26 +920,32 @@ def record(key: str, out: str, serve_args: list[str], cap_s: float) -> dict:
     src = AllocatorSource(gpus, probe_dir)
     srv_log = open(raw + ".server.log", "w")  # noqa: SIM115
     senv = dict(env, OOMWATCH_PROBE="1", OOMWATCH_PROBE_DIR=probe_dir, TOKENIZERS_PARALLELISM="false")
-    srv = subprocess.Popen(
-        [PY, os.path.abspath(__file__), "--serve", key, "--events", events, *serve_args],
-        cwd=ROOT,
-        env=senv,
-        stdout=srv_log,
-        stderr=subprocess.STDOUT,
-    )
     allocs: list = []
     t_start = time.monotonic()
     killed = False
     nxt = time.monotonic()
+    runs, restart_at = sc.get("runs", 1), None
+    srv = None
     while True:
         now = time.monotonic()
+        if srv is None or (restart_at is not None and now >= restart_at):  # (a supervisor restarting it)
+            srv = subprocess.Popen(
+                [PY, os.path.abspath(__file__), "--serve", key, "--events", events, *serve_args],
+                cwd=ROOT,
+                env=senv,
+                stdout=srv_log,
+                stderr=subprocess.STDOUT,
+            )
+            runs, restart_at = runs - 1, None
         if now >= nxt:
             got = src.poll(now)
             if got:
                 allocs.append((now, got))
             nxt += 1.0
-        if srv.poll() is not None:
-            break
+        if restart_at is None and srv.poll() is not None:
+            if runs <= 0:
+                break
+            restart_at = now + RESTART_BACKOFF_S
         if now - t_start > cap_s:
             srv.send_signal(signal.SIGKILL)
             killed = True
@@ -1019,6 +1046,7 @@ def finish(key, raw, path, events, allocs, offset, t_exit, rc, killed, slog, rlo
         return next((round(e["mono"] - offset, 3) for e in evs if pred(e)), None)
 
     t_oom = t_of(lambda e: e["kind"] == "oom")
+    ooms = [round(e["mono"] - offset, 3) for e in evs if e["kind"] == "oom"]
     t_leak = t_of(lambda e: e["kind"] == "phase" and e["name"] == "leak")
     phases: dict = {}
     for e in evs:
@@ -1042,6 +1070,7 @@ def finish(key, raw, path, events, allocs, offset, t_exit, rc, killed, slog, rlo
         "server_killed_at_cap": killed,
         "phases": phases,
         "oom_t": t_oom,
+        "oom_ts": ooms,
         "leak_onset_t": t_leak,
         "leak_onset_to_oom_s": round(t_oom - t_leak, 1) if (t_oom is not None and t_leak is not None) else None,
         "used_gb": {"min": round(min(used) / GB, 2), "max": round(max(used) / GB, 2)} if used else None,
@@ -1160,6 +1189,9 @@ def main() -> int:
     ap.add_argument("--seconds-n", type=float, default=40, help="n: serving between sleeps")
     ap.add_argument("--sleep-n", type=float, default=20, help="n: how long each sleep lasts")
     ap.add_argument("--target-m", type=float, default=240, help="m: seconds from leak onset to OOM to aim at")
+    ap.add_argument("--warm-o", type=float, default=30, help="o: serving before each run's leak")
+    ap.add_argument("--target-o", type=float, default=90, help="o: seconds from each leak onset to its OOM")
+    ap.add_argument("--seconds-p", type=float, default=60, help="p: serving in each of the two runs")
     # the server's own flags
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--events", help=argparse.SUPPRESS)
@@ -1250,6 +1282,22 @@ def main() -> int:
     plan["k"] = (["--seconds", "600", "--warm", "40", "--target", str(a.target_k), *small], None)
     plan["l"] = (["--seconds", str(a.seconds_l), "--empty-each", *small], a.seconds_l + 90)
     plan["m"] = (["--seconds", "600", "--warm", "30", "--target", str(a.target_m), "--empty-each", *small], None)
+    plan["o"] = (
+        [
+            "--seconds",
+            "600",
+            "--warm",
+            str(a.warm_o),
+            "--target",
+            str(a.target_o),
+            "--pad-free-gb",
+            str(a.pad_free_gb_c),
+            "--rate",
+            "3",
+        ],
+        None,
+    )
+    plan["p"] = (["--seconds", str(a.seconds_p), "--rate", "3"], 2 * (a.seconds_p + 90))
     plan["n"] = (
         ["--seconds", str(a.seconds_n), "--period", str(a.sleep_n), "--rate", "3"],
         4 * a.seconds_n + 3 * a.sleep_n + 150,

@@ -116,6 +116,7 @@ def _quoted():
         ("GPUMemorySpikeRisk", f"samples at {1 / d.interval:g} Hz"),
         ("GPUMemorySpikeRisk", "a 15-30 s Prometheus scrape"),  # Prometheus' common intervals, not ours
         ("GPUMemoryLeak", f"stopped for {a.stall_gaps:g} of its own gaps"),
+        ("GPUMemoryLeak", f"for {a.stall_gaps:g} + ln n of the leak's own n mean gaps"),  # a firing one resolves
         (
             "GPUMemoryLeak",
             f"{_pct(a.leak_for_fraction)} of its ETA, between {a.leak_for_min_s:g} s and {a.leak_for_max_s:g} s",

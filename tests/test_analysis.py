@@ -680,6 +680,32 @@ def test_the_same_steps_at_a_steady_pace_are_a_leak():
     assert fired(trans, "GPUMemoryLeak")
 
 
+def test_a_slow_staircase_leak_is_one_warning_not_one_per_step():
+    """256 MiB kept at irregular gaps of 5 to 20 minutes (adapters never evicted, a list that grows per
+    request) for five hours: between two steps no window's trend may be significant, but nothing says the
+    leak stopped (the floor gave nothing back, no gap is three times the mean). One warning, held to the end;
+    the tree that dropped it with its verdict resolved it at 8130 s and fired it again at 8380 s."""
+    times = [t for t in 1800.0 + np.cumsum([300, 900, 450, 1200, 600] * 8) if t < 19_800]
+    trans, oom = _vllm_card(0.6, _steps_at(times, 256 * (1 << 20)), 19_800, hz=0.2)
+    assert oom is None
+    warned = [tr for tr in trans if tr.alert.alertname == "GPUMemoryLeak"]
+    assert warned and [tr.state for tr in warned] == ["firing"], [(round(tr.t), tr.state) for tr in warned]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_random_staircase_leak_is_not_resolved_between_its_steps(seed):
+    """The same 256 MiB steps as a Poisson process, one every ten minutes on average, for five hours. A steady
+    random staircase leaves a gap of x mean gaps somewhere in its life with odds of about n e^-x, so a warning
+    that fired may end at most once in such a life. The tree that dropped it with its verdict resolved it and
+    fired it again 2, 5, 2, 1 and 6 times on these five."""
+    gaps = np.random.default_rng(seed).exponential(600.0, 60)
+    times = [t for t in 1800.0 + np.cumsum(gaps) if t < 19_800]
+    trans, oom = _vllm_card(0.6, _steps_at(times, 256 * (1 << 20)), 19_800, hz=0.2)
+    assert oom is None
+    states = [tr.state for tr in trans if tr.alert.alertname == "GPUMemoryLeak"]
+    assert states and states[0] == "firing" and states.count("resolved") <= 1, states
+
+
 def test_a_fine_staircase_that_has_stopped_is_not_warned_as_a_leak():
     """Nine 160 MiB steps 30 s apart near the top of the card (a torch.compile staircase of new shapes), then
     flat: the trend still calls the ten minutes a leak when its confirmation ends, but the floor has not

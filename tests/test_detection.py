@@ -292,6 +292,27 @@ def test_a_floor_read_every_5s_is_not_raised_by_a_run_of_transients():
     assert pages == [], pages
 
 
+def test_a_recording_that_dies_twice_is_two_leak_episodes():
+    """A crash loop (bench/results/serve_restart_leak.jsonl): each OOM is an episode of its own, from the first
+    leak onset after the OOM before it, so each must be paged with its own lead; the restart between them is
+    no onset."""
+    gpu = {"index": 0, "name": "NVIDIA H100", "uuid": "GPU-x", "total": 80 << 30}
+    lines = [
+        {"format": "gpu-memory-trace/1", "expect": {"shape": {"0": "staircase"}, "leak": True}, "gpus": [gpu]},
+        {"t": 1.0, "gpus": [{"i": 0, "used": 1 << 30, "free": 79 << 30, "procs": [[10, 1 << 30]]}]},
+        {"t": 30.0, "event": "phase", "name": "leak"},
+        {"t": 100.0, "event": "oom", "gpu": 0},
+        {"t": 110.0, "gpus": [{"i": 0, "used": 1 << 30, "free": 79 << 30, "procs": [[11, 1 << 30]]}]},
+        {"t": 150.0, "event": "phase", "name": "leak"},
+        {"t": 230.0, "event": "oom", "gpu": 0},
+        {"t": 240.0, "gpus": [{"i": 0, "used": 0, "free": 80 << 30, "procs": []}]},
+    ]
+    eps = D.truth_of_recording(lines)["episodes"]
+    assert [(e["onset"], e["oom"], e["kind"]) for e in eps] == [(30.0, 100.0, "leak"), (150.0, 230.0, "leak")]
+    one = [x for x in lines if x.get("t") not in (150.0, 230.0)]  # one OOM: one episode, as before
+    assert [(e["onset"], e["oom"]) for e in D.truth_of_recording(one)["episodes"]] == [(30.0, 100.0)]
+
+
 def test_score_slow_leak_deadline_and_strays():
     truth = _truth([_leak(600, None, deadline=3600)], [{"gpu": 1, "pid": 42, "t": 10}], duration=86400)
     r = D.score(truth, [_tr(4000, D.LEAK), _tr(30, D.STRAY, gpu="1", pid=42)], HEADER)

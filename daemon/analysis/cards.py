@@ -49,6 +49,8 @@ class GpuState:
     oom_since: float | None = None  # when the OOM projection became urgent (its confirmation clock)
     leak_since: float | None = None  # when the leak verdict began (its confirmation clock)
     leak_due: bool = False  # the leak verdict has held its confirmation (until it ends)
+    leak_said_since: float | None = None  # the leak warning's condition has been raised since (None: it is not)
+    leak_fired: bool = False  # ... and raised again its `for` later: the warning fired (it holds, `_leak_holds`)
     alloc_leak_since: float | None = None  # the same two for the allocator probe's leak (live tensors)
     alloc_leak_due: bool = False
     oom_last: float = 0.0  # the last evaluation that found the projection urgent

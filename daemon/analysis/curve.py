@@ -764,7 +764,14 @@ class CardJudge:
         )
         why = f"the floor rose {tr.rise_bytes / 2**30:.2f} GiB over {tr.window_s / 60:.0f} min {what}: {tr.why_not}"
         return CurveVerdict(
-            shape, growth=kind, growth_bytes=tr.rise_bytes, no_headroom=nh, window_s=tr.window_s, why=why, **base
+            shape,
+            growth=kind,
+            growth_bytes=tr.rise_bytes,
+            no_headroom=nh,
+            window_s=tr.window_s,
+            last_rise=tr.last_rise,
+            why=why,
+            **base,
         )
 
     def _start_verdict(

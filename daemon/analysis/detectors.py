@@ -13,9 +13,11 @@ imbalance, KV pressure, telemetry, host RAM. The alert book and the summary see 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
+from ..config import ALERT_SPECS
 from . import findings
 from .alerts import Condition
 from .cards import BusyPeriod, GpuState
@@ -207,14 +209,48 @@ def _alloc_confirmed(
     return [(f, c) for f, c in by_alloc if c is not leak]
 
 
-def _stalled(v: CurveVerdict, now: float, cfg: AnalysisConfig) -> bool:
+def _stalled(v: CurveVerdict, now: float, cfg: AnalysisConfig, rose: float | None = None) -> bool:
     """A rise that stepped several times and has not stepped since for `stall_gaps` of its own mean gaps:
     the floor has stopped where a leak would have gone on (a torch.compile or cache staircase that ended).
-    The warning waits for the next step; a page does not (its forecast has a check of its own)."""
+    The warning waits for the next step; a page does not (its forecast has a check of its own).
+
+    `rose` (a warning that fired, held while its verdict lapsed): a later rise than the verdict's own (a floor
+    still stepping), and a silence judged against the leak's whole life, not one gap: a steady process leaves
+    a gap of x means somewhere in its n gaps with odds of about n e^-x, so the held warning ends past
+    `stall_gaps` + ln n of them, the same odds for the life as for one gap."""
     if v.last_rise is None or v.leak_since is None or v.steps < 2:
         return False
     gap = (v.last_rise - v.leak_since) / (v.steps - 1)
-    return gap > 0 and now - v.last_rise > cfg.stall_gaps * gap
+    if rose is None:
+        return gap > 0 and now - v.last_rise > cfg.stall_gaps * gap
+    gaps = cfg.stall_gaps + math.log(v.steps - 1)
+    return gap > 0 and now - max(v.last_rise, rose) > gaps * gap
+
+
+#: How long the leak warning's condition holds before the warning fires (its spec's `for`): raised again this
+#: long after it was first, it fired (analysis/alerts.py), and from then on it ends only on evidence.
+_LEAK_FOR_S = next(s.for_s for s in ALERT_SPECS if s.name == "GPUMemoryLeak")
+
+
+def _leak_holds(st: GpuState, v: CurveVerdict, cached: bool, phase: str, now: float, cfg: AnalysisConfig) -> bool:
+    """Does a leak warning that is firing hold while its verdict has lapsed? Yes while nothing says the leak
+    stopped: the card still serves, its floor gave nothing back since the last leak verdict, the probe's
+    live tensors do not explain it as the allocator's cache (`cached`), and its next step is not overdue
+    (`_stalled` on that verdict, over the leak's whole life: no step for `stall_gaps` + ln n of its n mean
+    gaps, counted from the last rise that verdict or the present one, levelled, saw).
+
+    A slow staircase (adapters kept a few an hour, a list that grows per request) leaves stretches between
+    two steps where no window's trend is significant, and the curve reads its floor as levelled off;
+    dropping the warning there resolved it and fired it again at the next step: one leak, a flapping alert.
+    A ramp's steps are a block apart, so a ramp that stops lets the warning go within a few blocks."""
+    last = st.last_leak_verdict
+    if not st.leak_fired or last is None or st.last_leak_t is None:
+        return False
+    if phase != "serving" or cached or last.steps < 2 or last.last_rise is None or last.leak_since is None:
+        return False
+    if last.last_rise <= last.leak_since or (st.lc.release_times and st.lc.release_times[-1] > st.last_leak_t):
+        return False
+    return not _stalled(last, now, cfg, rose=v.last_rise if v.last_rise is not None else last.last_rise)
 
 
 class CardCurve:
@@ -316,9 +352,16 @@ class CardCurve:
             # the page lands with the horizon still ahead: the same allowance as `CardJudge._urgent`
             allowance = min(cfg.oom_for_max_s, cfg.oom_for_fraction * fill) if fill is not None else 0.0
             page = fill is not None and fill <= limit + allowance + cfg.oom_lead_margin_s
-        if v.leak and (leak_due or page):  # a page on a leak says the leak too, whichever forecast paged
-            f, c = findings.leak(gpu, uuid, name, v, cap, st.info.total_bytes, now)
+        said = v.leak and (leak_due or page)  # a page on a leak says the leak too, whichever forecast paged
+        cached = any(f.kind == "cache_growth" for f, _ in by_alloc)
+        if said or _leak_holds(st, v, cached, phase, now, cfg):
+            lv = v if said else st.last_leak_verdict  # a lapsed verdict that still holds: its last evidence
+            f, c = findings.leak(gpu, uuid, name, lv or v, cap, st.info.total_bytes, now)
             out.append(Detection(f, c))
+            st.leak_said_since = now if st.leak_said_since is None else st.leak_said_since
+            st.leak_fired = st.leak_fired or now - st.leak_said_since >= _LEAK_FOR_S  # as the alert book fires it
+        else:
+            st.leak_said_since, st.leak_fired = None, False
         if b is not None:
             b.paging = page
         if page:
