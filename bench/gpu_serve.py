@@ -947,9 +947,10 @@ def record(key: str, out: str, serve_args: list[str], cap_s: float) -> dict:
                 break
             restart_at = now + RESTART_BACKOFF_S
         if now - t_start > cap_s:
-            srv.send_signal(signal.SIGKILL)
-            killed = True
-            srv.wait()
+            if srv.poll() is None:  # (not while waiting to restart one that exited)
+                srv.send_signal(signal.SIGKILL)
+                killed = True
+                srv.wait()
             break
         time.sleep(0.05)
     t_exit = time.monotonic()

@@ -209,22 +209,19 @@ def _alloc_confirmed(
     return [(f, c) for f, c in by_alloc if c is not leak]
 
 
-def _stalled(v: CurveVerdict, now: float, cfg: AnalysisConfig, rose: float | None = None) -> bool:
+def _mean_gap(v: CurveVerdict) -> float:
+    """The mean gap between the steps of a leak verdict's rise (0 where it stepped fewer than twice)."""
+    if v.last_rise is None or v.leak_since is None or v.steps < 2:
+        return 0.0
+    return max(0.0, (v.last_rise - v.leak_since) / (v.steps - 1))
+
+
+def _stalled(v: CurveVerdict, now: float, cfg: AnalysisConfig) -> bool:
     """A rise that stepped several times and has not stepped since for `stall_gaps` of its own mean gaps:
     the floor has stopped where a leak would have gone on (a torch.compile or cache staircase that ended).
-    The warning waits for the next step; a page does not (its forecast has a check of its own).
-
-    `rose` (a warning that fired, held while its verdict lapsed): a later rise than the verdict's own (a floor
-    still stepping), and a silence judged against the leak's whole life, not one gap: a steady process leaves
-    a gap of x means somewhere in its n gaps with odds of about n e^-x, so the held warning ends past
-    `stall_gaps` + ln n of them, the same odds for the life as for one gap."""
-    if v.last_rise is None or v.leak_since is None or v.steps < 2:
-        return False
-    gap = (v.last_rise - v.leak_since) / (v.steps - 1)
-    if rose is None:
-        return gap > 0 and now - v.last_rise > cfg.stall_gaps * gap
-    gaps = cfg.stall_gaps + math.log(v.steps - 1)
-    return gap > 0 and now - max(v.last_rise, rose) > gaps * gap
+    The warning waits for the next step; a page does not (its forecast has a check of its own)."""
+    gap = _mean_gap(v)
+    return gap > 0 and v.last_rise is not None and now - v.last_rise > cfg.stall_gaps * gap
 
 
 #: How long the leak warning's condition holds before the warning fires (its spec's `for`): raised again this
@@ -236,21 +233,23 @@ def _leak_holds(st: GpuState, v: CurveVerdict, cached: bool, phase: str, now: fl
     """Does a leak warning that is firing hold while its verdict has lapsed? Yes while nothing says the leak
     stopped: the card still serves, its floor gave nothing back since the last leak verdict, the probe's
     live tensors do not explain it as the allocator's cache (`cached`), and its next step is not overdue
-    (`_stalled` on that verdict, over the leak's whole life: no step for `stall_gaps` + ln n of its n mean
-    gaps, counted from the last rise that verdict or the present one, levelled, saw).
+    (no step for `stall_gaps` + ln n of its n mean gaps, counted from the last rise that verdict or the present
+    one, levelled, saw). `stall_gaps` alone is the odds for one gap (`_stalled`); a held warning is judged
+    over the leak's whole life, and a steady process leaves a gap of x means somewhere in its n gaps with
+    odds of about n e^-x, so ln n more keeps the same odds for the life.
 
     A slow staircase (adapters kept a few an hour, a list that grows per request) leaves stretches between
     two steps where no window's trend is significant, and the curve reads its floor as levelled off;
     dropping the warning there resolved it and fired it again at the next step: one leak, a flapping alert.
     A ramp's steps are a block apart, so a ramp that stops lets the warning go within a few blocks."""
     last = st.last_leak_verdict
-    if not st.leak_fired or last is None or st.last_leak_t is None:
+    if not st.leak_fired or last is None or st.last_leak_t is None or phase != "serving" or cached:
         return False
-    if phase != "serving" or cached or last.steps < 2 or last.last_rise is None or last.leak_since is None:
+    gap = _mean_gap(last)
+    if gap <= 0 or last.last_rise is None or (st.lc.release_times and st.lc.release_times[-1] > st.last_leak_t):
         return False
-    if last.last_rise <= last.leak_since or (st.lc.release_times and st.lc.release_times[-1] > st.last_leak_t):
-        return False
-    return not _stalled(last, now, cfg, rose=v.last_rise if v.last_rise is not None else last.last_rise)
+    rose = max(last.last_rise, v.last_rise if v.last_rise is not None else last.last_rise)
+    return now - rose <= (cfg.stall_gaps + math.log(last.steps - 1)) * gap
 
 
 class CardCurve:
