@@ -581,6 +581,39 @@ def test_a_slow_leak_at_the_top_warns_and_never_pages_for_hours_away():
     assert not fired(trans, "GPUOOMImminent")
 
 
+def test_a_leak_at_the_top_whose_forecast_pages_is_confirmed_before_the_cache_hides_it():
+    """A card serving at 99% of an H200 starts to keep 2.2 MB/s: its leak verdict is urgent (full within the
+    horizon), until one allocator step of 300 MiB, after which NVML stops moving for 25 minutes while the
+    allocator's cache serves the leak out of sight, until the OOM. The leak verdict's ETA goes with NVML's
+    pace, to none, before the waits of the warning (2 minutes) or the page (15% of the ETA) end: the tree
+    before paged nothing. An urgent leak at the top is confirmed at once, and the top's forecast pages it
+    more than ten minutes ahead."""
+    from oomwatch.model import GpuSample, ProcInfo
+
+    onset, step_at, hidden = 900.0, 1050.0, 1500.0
+    a = Analyzer(synth.info(1))
+    cmd = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--gpu-memory-utilization", "0.9")
+    a.add_proc(ProcInfo(900, "python3", cmd, 1, 1.0))
+    trans, oom = [], step_at + hidden
+    top = 0.99 * synth.CAP + (step_at - onset) * 2.2e6 + 300 * (1 << 20)
+    for k in range(int(oom)):
+        t = float(k)
+        u = 0.0 if t < 2 else (16 * synth.GiB if t < 6 else 0.99 * synth.CAP + max(0.0, t - onset) * 2.2e6)
+        u = int(top if t >= step_at else u) // (2 << 20) * (2 << 20)
+        trans += a.add_sample(Sample(t, (GpuSample(0, u, synth.CAP - u, synth.RESERVED, 0, ((900, u),)),)))
+    pages = fired(trans, "GPUOOMImminent")
+    assert pages and pages[0] <= oom - 600, (pages, oom)
+
+
+def test_a_ramp_that_stops_at_the_top_is_not_confirmed_by_the_top_alone():
+    """2 MB/s for 200 s at 98.5% of the card, then flat for half an hour (a long generation's tensors, kept by
+    the caching allocator once freed): the top confirms only a leak whose own forecast pages (full within the
+    horizon); this one was 20 minutes from full while it rose. No page, as before."""
+    trans, oom = _vllm_card(0.972, lambda t: min(max(t - 100.0, 0.0), 200.0) * 2 * (1 << 20), 2400, hz=1.0)
+    assert oom is None
+    assert not fired(trans, "GPUOOMImminent")
+
+
 def test_a_load_cycle_seen_once_does_not_page_on_its_next_rise():
     """A pool-less server whose memory follows an hourly load between 30% and 92% of the card: once it has
     been up there and given memory back, the next rise to the same level is the cycle, not a card filling."""

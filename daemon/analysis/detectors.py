@@ -325,7 +325,14 @@ class CardCurve:
             if st.leak_since is None:
                 st.leak_since = now
             wait = _leak_wait(v.eta_seconds, cfg)
-            leak_due = page or st.leak_due or (now - st.leak_since >= wait and not _stalled(v, now, cfg))
+            # An urgent leak (its own forecast fills the card within the horizon) whose floor is at the top of
+            # the card confirms at once. There the allocator serves the leak from its cache, out of NVML's sight:
+            # the curve stops moving, the verdict's ETA (at NVML's pace) goes to none and the verdict lapses
+            # before either wait ends, and the OOM comes unpaged. Confirmed, the top's forecast (`_forecast`)
+            # counts that cache down at the leak's rate. Urgent only: a ramp that stops at the top while its
+            # forecast is far off waits as any other (the allocator keeping a long generation's tensors).
+            full = v.urgent and v.floor_bytes >= cfg.no_headroom_fraction * cap
+            leak_due = page or st.leak_due or ((now - st.leak_since >= wait or full) and not _stalled(v, now, cfg))
             st.leak_due = leak_due
             if leak_due and b is not None:
                 b.leak_confirmed = True
