@@ -82,9 +82,6 @@ def test_a_slow_leak_is_still_flagged_at_15_s(item):
 #: What the CI subset's coarse steps miss although the leak spans enough steps (`trend_min_blocks`) to show
 #: (bench/coarse.py, bench/RESULTS.md), each with why. Strict: a change that makes one agree must remove it.
 COARSE_MISSES = {
-    ("t4_95pct_leak_1mbs", 15): "1 MB/s into the last 300 MB of a T4: 20 readings, but the 10-minute window "
-    "calls the first 160 MB the allocator's cache (no transient is seen at 15 s to bound it); flagged 45 s "
-    "before the OOM, too late to page",
     ("rising_troughs_l4", 15): "a 30 s empty_cache cycle read every 15 s aliases: no release is seen, and the "
     "troughs' 96 MiB a cycle reads as a floor inside the cycle's own swing",
     ("warm_cache_leak_h200", 15): "the leak is carved from the warm cache: NVML moves only in its last ~20 s",
