@@ -288,6 +288,10 @@ class AnalysisConfig:
     top_ramp_share: float = 0.5  # at >= no_headroom_fraction only growth this continuous is a leak (compiles step)
     load_follow_window_s: float = 86400.0  # a pool-less server's memory follows its daily load: warn on a day+
     cache_steps_max: int = 8  # the caching allocator steps a handful of times in a window (and so much in all)
+    # The allocator's steps are each about the size of the tallest transient so far: a window's rises under this
+    # share of its largest, all before the first large one, are a start's last graph captures (35-67 of falling
+    # size), not steps of the cache, where the large ones carry this share of the rise (curve.py `_cache_like`).
+    cache_step_share: float = 0.5
     cache_eta_ratio: float = 3.0  # fine-stepped growth filling the card in under this many times its span is no cache
     cache_fine_step_share: float = 0.15  # ... fine: no step carries more of it (7+ steps; high-water marks are few)
     no_headroom_fraction: float = 0.98  # a floor this full is "no headroom left" (the cache is reclaimed first)

@@ -13,9 +13,10 @@ lifecycle (lifecycle.py) and returns a `CurveVerdict`:
   shortest window with a sustained significant rise gives the rate; the slope's lower confidence bound gives
   the conservative ETA.
 - Growth that is significant but not sustained (one step, levelled off, decelerating) is not a leak: it is
-  named `cache_growth` (the caching allocator's high-water marks: steps no larger than the tallest
-  transient since the server started, coming ever more rarely as the records of a load's demand do,
-  `trend.steady_steps_p`) or `plateau`. A sustained rise of many fine steps that would
+  named `cache_growth` (the caching allocator's high-water marks: a handful of steps no larger than the
+  tallest transient since the server started, coming ever more rarely as the records of a load's demand do,
+  `trend.steady_steps_p`; a graph capture's fine tail before the cache's first large step is no step of
+  it, `cache_step_share`) or `plateau`. A sustained rise of many fine steps that would
   fill the card soon compared with its own span outpaces any cache: a leak (`_outpaces`).
 - The page is a forecast: the card's upper envelope (the reading, or the floor plus the tallest excursion
   given back lately, of any height: the next forward pass's) reaches capacity within the horizon at the recent
@@ -69,6 +70,7 @@ from .trend import (
     floor_trend,
     kept_floor,
     mann_kendall,
+    start_tail,
     steady_steps_p,
     theil_sen,
 )
@@ -741,9 +743,17 @@ class CardJudge:
     def _cache_like(self, tr: Trend, lc: Lifecycle, cap: float, now: float) -> bool:
         """A handful of steps in the window, coming ever more rarely since the load began as the records of its
         demand do (`steady_steps_p`, at the trend's own alpha), each no taller than the tallest transient since
-        the server started; sampled too slowly to have seen one, the steps alone say it."""
+        the server started; sampled too slowly to have seen one, the steps alone say it.
+
+        Every rise of the floor counts as a step, but for a start's tail: where the window's fine rises (under
+        `cache_step_share` of its largest) all came before its first large one and the large ones carry that
+        share of the rise, the fine ones are the last of the graph captures (a server takes requests, and its
+        cache steps, only once they are done) and the large ones are the steps. Counted as steps, a capture's
+        tail made a warm-up of six high-water marks a leak of twenty. A fine rise after the first large one
+        (a leak under a warm cache) counts, as before."""
         cfg = self.cfg
-        if tr.rising_blocks > cfg.cache_steps_max:
+        past_tail = start_tail(tr.step_rises, tr.rise_bytes, cfg.cache_step_share)
+        if (tr.rising_blocks if past_tail is None else past_tail) > cfg.cache_steps_max:
             return False
         if self._steps_at_own_rate(tr, lc, now):
             return False  # no record of a load

@@ -111,6 +111,7 @@ class Trend:
     blocks: int = 0
     max_step_bytes: float = 0.0  # the largest block-to-block rise
     rising_blocks: int = 0  # blocks whose minimum rose over the previous one
+    step_rises: np.ndarray | None = None  # a significant rise's block rises where they stepped, else 0 (`start_tail`)
     last_rise: float | None = None  # end of the last block whose minimum rose (when the rise was last seen)
 
     @property
@@ -198,6 +199,7 @@ def floor_trend(
     )
     if z < cfg.trend_z or rise <= 0:
         return Trend(**base, why_not="not significant")
+    base["step_rises"] = np.where(stepped, up, 0.0)  # only a significant rise is ever judged as a cache's
     x = bt - bt[0]
     slope, lo, _ = theil_sen(x, by, cfg.trend_ci_z, var)
     if rise < min_rise:  # no leak, but its pace is the recent one for a longer window's forecast
@@ -219,6 +221,20 @@ def floor_trend(
     if r1 > 0 and r2 < cfg.trend_decel * r1:
         return Trend(**base, why_not="decelerating")
     return Trend(**base, sustained=True)
+
+
+def start_tail(step_rises: np.ndarray | None, rise: float, share: float) -> int | None:
+    """How many steps a rise holds past a start's tail: its rises of at least `share` of the largest, where
+    every smaller one came before the first of them and those carry `share` of the whole `rise` (the tail of
+    a start's graph captures, falling in size, then a cache's few steps); None where the rise is not so
+    made (a fine rise after the first large one, or fine ones that carry most of it)."""
+    if step_rises is None or rise <= 0:
+        return None
+    big = step_rises >= share * float(step_rises.max())
+    first = int(np.argmax(big))
+    if step_rises[first + 1 :][~big[first + 1 :]].any() or float(step_rises[big].sum()) < share * rise:
+        return None
+    return int(np.count_nonzero(big))
 
 
 def damped_rise(x: np.ndarray, y: np.ndarray, z: float) -> float:
