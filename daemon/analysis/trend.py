@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -111,7 +111,8 @@ class Trend:
     blocks: int = 0
     max_step_bytes: float = 0.0  # the largest block-to-block rise
     rising_blocks: int = 0  # blocks whose minimum rose over the previous one
-    step_rises: np.ndarray | None = None  # a significant rise's block rises where they stepped, else 0 (`start_tail`)
+    # a significant rise's block rises where they stepped, else 0 (`start_tail`); no part of equality or repr
+    step_rises: np.ndarray | None = field(default=None, compare=False, repr=False)
     last_rise: float | None = None  # end of the last block whose minimum rose (when the rise was last seen)
 
     @property
