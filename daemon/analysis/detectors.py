@@ -318,7 +318,8 @@ class CardCurve:
         elif st.oom_since is not None and now - st.oom_last > cfg.confirm_gap_s:
             st.oom_since = None  # one odd evaluation does not restart the confirmation
         b = st.busy
-        if b is not None and v.floor_bytes < cfg.no_headroom_fraction * cap:
+        at_top = v.floor_bytes >= cfg.no_headroom_fraction * cap  # the allocator's cache hides what comes next
+        if b is not None and not at_top:
             b.full_t = None  # below the top: a later return to it fills the card anew (`_forecast` counts from it)
         leak_due = False  # the leak verdict has held its own confirmation (or the first forecast pages)
         if v.leak:
@@ -331,8 +332,11 @@ class CardCurve:
             # before either wait ends, and the OOM comes unpaged. Confirmed, the top's forecast (`_forecast`)
             # counts that cache down at the leak's rate. Urgent only: a ramp that stops at the top while its
             # forecast is far off waits as any other (the allocator keeping a long generation's tensors).
-            full = v.urgent and v.floor_bytes >= cfg.no_headroom_fraction * cap
-            leak_due = page or st.leak_due or ((now - st.leak_since >= wait or full) and not _stalled(v, now, cfg))
+            leak_due = (
+                page
+                or st.leak_due
+                or ((now - st.leak_since >= wait or (v.urgent and at_top)) and not _stalled(v, now, cfg))
+            )
             st.leak_due = leak_due
             if leak_due and b is not None:
                 b.leak_confirmed = True
@@ -344,7 +348,7 @@ class CardCurve:
             and phase == "serving"
             and b is not None
             and b.leak_confirmed
-            and (v.floor_bytes >= cfg.no_headroom_fraction * cap or (v.leak and (b.paging or not v.seasonal)))
+            and (at_top or (v.leak and (b.paging or not v.seasonal)))
         ):
             # The forecast from the leak this busy period confirmed, while it holds (not a level the card
             # reached before and gave back: a cycle coming round) or once it has filled the card; hysteresis
