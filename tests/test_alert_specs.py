@@ -122,6 +122,7 @@ def _quoted():
             f"{_pct(a.leak_for_fraction)} of its ETA, between {a.leak_for_min_s:g} s and {a.leak_for_max_s:g} s",
         ),
         ("GPUMemoryLeak", f"filled the card ({_pct(a.no_headroom_fraction)} of it)"),
+        ("GPUMemoryLeak", f"at most {a.start_eta_ratio:g} times its own age"),
         ("GPUMemoryImbalance", f"more than {_pct(a.imbalance_fraction)} of their memory"),
         ("KVCachePressure", f"nearly full (> {_pct(a.kv_pressure_ratio)})"),
         ("KVCachePressure", "http://<server>:8000"),  # vLLM's default port, not ours

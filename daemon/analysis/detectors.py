@@ -216,6 +216,19 @@ def _mean_gap(v: CurveVerdict) -> float:
     return max(0.0, (v.last_rise - v.leak_since) / (v.steps - 1))
 
 
+def _urgent_on_its_own(v: CurveVerdict, now: float, cfg: AnalysisConfig) -> bool:
+    """Does a leak verdict need no confirmation wait? Urgent (its forecast fills the card within the horizon),
+    and likely to go on that long by the leak's own age: Gott's rule (`start_eta_ratio`) over the trend's own
+    span, not over the climb since the floor was lowest, which at the top of the card holds the cache's own
+    warm-up. The wait lets a rise that stops lapse first (late compiles after the cache warmed: fine steps at
+    a steady pace for two minutes, urgent for a moment); a leak that has gone on long enough to be likely to
+    fill the card needs none. Urgent only: a ramp that stops at the top while its forecast is far off waits
+    as any other (the allocator keeping a long generation's tensors)."""
+    if not v.urgent or v.eta_seconds is None or v.leak_since is None:
+        return False
+    return v.eta_seconds <= cfg.start_eta_ratio * (now - v.leak_since)
+
+
 def _stalled(v: CurveVerdict, now: float, cfg: AnalysisConfig) -> bool:
     """A rise that stepped several times and has not stepped since for `stall_gaps` of its own mean gaps:
     the floor has stopped where a leak would have gone on (a torch.compile or cache staircase that ended).
@@ -326,16 +339,18 @@ class CardCurve:
             if st.leak_since is None:
                 st.leak_since = now
             wait = _leak_wait(v.eta_seconds, cfg)
-            # An urgent leak (its own forecast fills the card within the horizon) whose floor is at the top of
-            # the card confirms at once. There the allocator serves the leak from its cache, out of NVML's sight:
+            # A leak at the top of the card that is urgent on its own evidence confirms at once
+            # (`_urgent_on_its_own`). There the allocator serves the leak from its cache, out of NVML's sight:
             # the curve stops moving, the verdict's ETA (at NVML's pace) goes to none and the verdict lapses
             # before either wait ends, and the OOM comes unpaged. Confirmed, the top's forecast (`_forecast`)
-            # counts that cache down at the leak's rate. Urgent only: a ramp that stops at the top while its
-            # forecast is far off waits as any other (the allocator keeping a long generation's tensors).
+            # counts that cache down at the leak's rate.
             leak_due = (
                 page
                 or st.leak_due
-                or ((now - st.leak_since >= wait or (v.urgent and at_top)) and not _stalled(v, now, cfg))
+                or (
+                    (now - st.leak_since >= wait or (at_top and _urgent_on_its_own(v, now, cfg)))
+                    and not _stalled(v, now, cfg)
+                )
             )
             st.leak_due = leak_due
             if leak_due and b is not None:
